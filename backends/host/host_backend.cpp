@@ -1,0 +1,208 @@
+// Host backend: the Kokkos reference of the GDN decode step.
+//
+// It is what every GPU backend is compared with, so it favours being
+// obviously right over being fast: one work item per (row, v-head), every
+// quantity in double, loads and stores through the dtype helpers. It uses
+// only Kokkos API shared by 3.4 and 4.x (RangePolicy, parallel_for, atomics)
+// and runs on the default host execution space (Serial, OpenMP or Threads,
+// whichever the installed Kokkos has).
+//
+// Per (b, h), with s = slot_of(b) valid, from the state as stored:
+//   u[j]     = exp(g) * sum_i S[i, j] k[i]
+//   delta[j] = beta * (v[j] - u[j])
+//   S'[i, j] = exp(g) * S[i, j] + k[i] * delta[j]
+//   o[j]     = scale * sum_i S'[i, j] q[i]
+// The second pass reads S[i, j] and writes S'[i, j] at the same element, so
+// in-place updates need no scratch state.
+#include <Kokkos_Core.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "gdnkit/backend.hpp"
+#include "gdnkit/gdnkit.hpp"
+#include "gdnkit/half.hpp"
+
+namespace gdn {
+namespace {
+
+using HostExec = Kokkos::DefaultHostExecutionSpace;
+
+// Kokkos must be initialized once per process; an application that already
+// did it keeps its own settings.
+void ensure_kokkos() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (!Kokkos::is_initialized()) {
+      Kokkos::initialize();
+      std::atexit([] {
+        if (Kokkos::is_initialized()) Kokkos::finalize();
+      });
+    }
+  });
+}
+
+int64_t read_index(const void* base, IndexType t, int64_t b) {
+  return t == IndexType::kI64 ? static_cast<const int64_t*>(base)[b]
+                              : int64_t(static_cast<const int32_t*>(base)[b]);
+}
+
+// softplus as torch computes it: linear above 20, never overflows.
+double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
+
+struct HostStep {
+  DecodeParams p;
+  double scale;
+
+  void operator()(const int64_t item) const {
+    const int64_t Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
+    const int64_t b = item / Hv;
+    const int64_t h = item % Hv;
+    const int64_t o_base = b * p.o_batch_stride + h * p.o_head_stride;
+
+    int64_t s_in = b, s_out = b;
+    if (p.index_dtype != IndexType::kNone) {
+      s_in = read_index(p.state_indices, p.index_dtype, b);
+      s_out = p.state_out_indices ? read_index(p.state_out_indices, p.index_dtype, b) : s_in;
+    }
+    // Padding row (negative) or caller bug (>= num_slots): state untouched, output zero.
+    if (s_in < 0 || s_in >= p.num_slots) {
+      for (int64_t j = 0; j < Dv; ++j) store_element(p.o, p.o_dtype, o_base + j, 0.0);
+      return;
+    }
+    const bool write_state = s_out >= 0 && s_out < p.num_slots;
+
+    // hk = h / G (interleaved) or h % Hk (tiled)
+    const int64_t G = Hv / p.num_k_heads;
+    const int64_t hk = p.head_map == HeadMap::kInterleaved ? h / G : h % p.num_k_heads;
+
+    double q[kMaxHeadDim], k[kMaxHeadDim], u[kMaxHeadDim];
+    const int64_t q_base = b * p.q_batch_stride + hk * p.q_head_stride;
+    const int64_t k_base = b * p.k_batch_stride + hk * p.k_head_stride;
+    double qq = 0.0, kk = 0.0;
+    for (int64_t i = 0; i < Dk; ++i) {
+      q[i] = load_element(p.q, p.qkv_dtype, q_base + i);
+      k[i] = load_element(p.k, p.qkv_dtype, k_base + i);
+      qq += q[i] * q[i];
+      kk += k[i] * k[i];
+    }
+    if (p.l2norm != L2Norm::kNone) {
+      const double eps = double(p.l2norm_eps);
+      // rsqrt mode: x / sqrt(sum x^2 + eps); max-norm mode: x / max(||x||, eps)
+      const double q_div = p.l2norm == L2Norm::kRsqrt ? std::sqrt(qq + eps)
+                                                      : std::fmax(std::sqrt(qq), eps);
+      const double k_div = p.l2norm == L2Norm::kRsqrt ? std::sqrt(kk + eps)
+                                                      : std::fmax(std::sqrt(kk), eps);
+      for (int64_t i = 0; i < Dk; ++i) {
+        q[i] /= q_div;
+        k[i] /= k_div;
+      }
+    }
+
+    const double a = load_element(p.a, p.ab_dtype, b * p.a_batch_stride + h);
+    const double braw = load_element(p.b, p.ab_dtype, b * p.b_batch_stride + h);
+    double g, beta;
+    if (p.gate == Gate::kRaw) {
+      // g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b)
+      g = -std::exp(double(p.A_log[h])) * softplus(a + double(p.dt_bias[h]));
+      beta = 1.0 / (1.0 + std::exp(-braw));
+    } else {
+      g = a;
+      beta = braw;
+    }
+    const double decay = std::exp(g);
+
+    const int64_t in_base = s_in * p.state_slot_stride + h * Dk * Dv;
+    const int64_t out_base = s_out * p.state_slot_stride + h * Dk * Dv;
+    // element (i, j) of the Dk x Dv matrix: kv is Dv-contiguous, vk Dk-contiguous
+    const int64_t si = p.layout == Layout::kKV ? Dv : 1;
+    const int64_t sj = p.layout == Layout::kKV ? 1 : Dk;
+    const int64_t v_base = b * p.v_batch_stride + h * p.v_head_stride;
+
+    // u = (exp(g) S)^T k;  delta = beta (v - u)
+    for (int64_t j = 0; j < Dv; ++j) {
+      double acc = 0.0;
+      for (int64_t i = 0; i < Dk; ++i)
+        acc += load_element(p.state, p.state_dtype, in_base + i * si + j * sj) * k[i];
+      u[j] = beta * (load_element(p.v, p.qkv_dtype, v_base + j) - decay * acc);
+    }
+    const double* delta = u;
+
+    // S' = exp(g) S + k ⊗ delta;  o = scale S'^T q
+    for (int64_t j = 0; j < Dv; ++j) {
+      double acc = 0.0;
+      for (int64_t i = 0; i < Dk; ++i) {
+        const double s_new =
+            decay * load_element(p.state, p.state_dtype, in_base + i * si + j * sj) +
+            k[i] * delta[j];
+        acc += s_new * q[i];
+        if (write_state) store_element(p.state, p.state_dtype, out_base + i * si + j * sj, s_new);
+      }
+      store_element(p.o, p.o_dtype, o_base + j, scale * acc);
+    }
+  }
+};
+
+bool host_available(char* why, size_t why_size) {
+  (void)why;
+  (void)why_size;
+  return true;
+}
+
+Status host_decode(const DecodeParams& p) {
+  ensure_kokkos();
+  // Count out-of-range indices once per row (not per head), before any work.
+  if (p.index_dtype != IndexType::kNone && p.invalid_index_count != nullptr) {
+    uint32_t bad = 0;
+    for (int64_t b = 0; b < p.batch; ++b) {
+      if (read_index(p.state_indices, p.index_dtype, b) >= p.num_slots) ++bad;
+      if (p.state_out_indices && read_index(p.state_out_indices, p.index_dtype, b) >= p.num_slots)
+        ++bad;
+    }
+    if (bad) Kokkos::atomic_add(p.invalid_index_count, bad);
+  }
+  HostStep step{p, double(effective_scale(p))};
+  HostExec exec;
+  Kokkos::parallel_for("gdnkit::host_decode",
+                       Kokkos::RangePolicy<HostExec>(exec, 0, p.batch * p.num_v_heads), step);
+  exec.fence();
+  return Status::success();
+}
+
+void* host_alloc(size_t bytes) { return std::malloc(bytes ? bytes : 1); }
+void host_release(void* ptr) { std::free(ptr); }
+Status host_copy(void* dst, const void* src, size_t bytes, CopyKind) {
+  std::memmove(dst, src, bytes);
+  return Status::success();
+}
+Status host_sync(void*) { return Status::success(); }
+void host_describe(char* buf, size_t size) {
+  ensure_kokkos();
+  std::snprintf(buf, size, "host: Kokkos %d.%d.%d, execution space %s, concurrency %d",
+                KOKKOS_VERSION / 10000, KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100,
+                HostExec::name(), int(HostExec().concurrency()));
+}
+
+}  // namespace
+
+const BackendOps* host_backend() {
+  static const BackendOps ops = [] {
+    BackendOps o;
+    o.id = Backend::kHost;
+    o.name = "host";
+    o.available = host_available;
+    o.decode = host_decode;
+    o.alloc = host_alloc;
+    o.release = host_release;
+    o.copy = host_copy;
+    o.synchronize = host_sync;
+    o.describe = host_describe;
+    return o;
+  }();
+  return &ops;
+}
+
+}  // namespace gdn

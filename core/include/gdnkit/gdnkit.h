@@ -1,0 +1,98 @@
+/* gdnkit — plain C API over the same entry point as gdn::decode().
+ *
+ * For C, Rust or Python FFI. Fill a gdn_decode_params with
+ * gdn_decode_params_init() (which sets every default), set sizes, pointers
+ * and strides, then call gdn_decode(). Enum values equal the C++ ones.
+ * Returns 0 on success, else a gdn_status code; `message` (may be NULL)
+ * receives the reason. Nothing is written on failure.
+ */
+#ifndef GDNKIT_GDNKIT_H_
+#define GDNKIT_GDNKIT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum gdn_dtype { GDN_F32 = 0, GDN_F16 = 1, GDN_BF16 = 2 };
+enum gdn_index_dtype { GDN_INDEX_NONE = 0, GDN_INDEX_I32 = 1, GDN_INDEX_I64 = 2 };
+enum gdn_layout { GDN_LAYOUT_KV = 0, GDN_LAYOUT_VK = 1 };
+enum gdn_l2norm { GDN_L2NORM_RSQRT = 0, GDN_L2NORM_MAX_NORM = 1, GDN_L2NORM_NONE = 2 };
+enum gdn_head_map { GDN_HEAD_MAP_INTERLEAVED = 0, GDN_HEAD_MAP_TILED = 1 };
+enum gdn_gate { GDN_GATE_RAW = 0, GDN_GATE_PRECOMPUTED = 1 };
+enum gdn_backend { GDN_BACKEND_AUTO = 0, GDN_BACKEND_HOST = 1, GDN_BACKEND_CUDA = 2, GDN_BACKEND_HIP = 3 };
+enum gdn_status {
+  GDN_OK = 0,
+  GDN_INVALID_ARGUMENT = 1,
+  GDN_UNSUPPORTED = 2,
+  GDN_BACKEND_NOT_BUILT = 3,
+  GDN_NO_DEVICE = 4,
+  GDN_BACKEND_ERROR = 5
+};
+
+/* Same members, meaning and shapes as gdn::DecodeParams (params.hpp). */
+typedef struct gdn_decode_params {
+  int64_t batch;
+  int32_t num_k_heads, num_v_heads, head_dim_k, head_dim_v;
+
+  int32_t qkv_dtype; /* gdn_dtype */
+  const void* q;
+  int64_t q_batch_stride, q_head_stride;
+  const void* k;
+  int64_t k_batch_stride, k_head_stride;
+  const void* v;
+  int64_t v_batch_stride, v_head_stride;
+
+  int32_t gate;     /* gdn_gate */
+  int32_t ab_dtype; /* gdn_dtype */
+  const void* a;
+  int64_t a_batch_stride;
+  const void* b;
+  int64_t b_batch_stride;
+  const float* A_log;
+  const float* dt_bias;
+
+  int32_t layout;      /* gdn_layout */
+  int32_t state_dtype; /* gdn_dtype */
+  void* state;
+  int64_t state_slot_stride;
+  int64_t num_slots;
+
+  int32_t index_dtype; /* gdn_index_dtype */
+  const void* state_indices;
+  const void* state_out_indices;
+  uint32_t* invalid_index_count;
+
+  int32_t o_dtype; /* gdn_dtype */
+  void* o;
+  int64_t o_batch_stride, o_head_stride;
+
+  float scale; /* 0: Dk^-0.5 */
+  int32_t l2norm; /* gdn_l2norm */
+  float l2norm_eps;
+  int32_t head_map; /* gdn_head_map */
+
+  void* stream;
+} gdn_decode_params;
+
+/* Set every member to the library default (the C++ struct's initializers). */
+void gdn_decode_params_init(gdn_decode_params* p);
+
+/* Validate only. */
+int gdn_validate(const gdn_decode_params* p, char* message, size_t message_size);
+
+/* Validate, then run on `backend` (a gdn_backend). */
+int gdn_decode(const gdn_decode_params* p, int backend, char* message, size_t message_size);
+
+/* 1 when the backend is built and has a device, else 0. */
+int gdn_backend_available(int backend);
+
+const char* gdn_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GDNKIT_GDNKIT_H_ */
