@@ -1,0 +1,100 @@
+// gdnkit — golden files: the safetensors case format, read, run and compare.
+//
+// One case per file (docs/golden-format.md). Used by `gdn verify`, the tests
+// of every backend and anyone checking their own kernel against gdnkit's
+// cases. Lives in the gdnkit_golden library, apart from the kernel library.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gdnkit/gdnkit.hpp"
+
+namespace gdn {
+namespace golden {
+
+// ---- safetensors -----------------------------------------------------------
+// dtype names as safetensors spells them: "F64", "F32", "F16", "BF16", "I64", "I32", ...
+struct Tensor {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;  // little-endian, row-major
+  int64_t numel() const;
+};
+
+struct SafetensorsFile {
+  std::map<std::string, std::string> metadata;  // "__metadata__"
+  std::map<std::string, Tensor> tensors;
+};
+
+// On failure: false, and `error` names the file and the problem
+// ("case.safetensors: header length 912 runs past the end of the 400-byte file").
+bool read_safetensors(const std::string& path, SafetensorsFile* out, std::string* error);
+bool write_safetensors(const std::string& path, const SafetensorsFile& file, std::string* error);
+
+// ---- a decode case ---------------------------------------------------------
+// Inputs exactly as stored in the file (host memory), plus the expected results
+// widened to double. `params` holds sizes, dtypes, conventions and strides for
+// dense host buffers; its pointers are left null: run_case() points them at
+// the backend's copies.
+struct Case {
+  std::string path;
+  DecodeParams params;
+  bool packed_qkv{false};             // the file had mixed_qkv rather than q, k, v
+  std::vector<uint8_t> q, k, v;       // when !packed_qkv, dense (B, Hk, Dk) / (B, Hv, Dv)
+  std::vector<uint8_t> mixed_qkv;     // when packed_qkv, (B, 2*Hk*Dk + Hv*Dv)
+  std::vector<uint8_t> a, b;          // (B, Hv) in params.ab_dtype
+  std::vector<float> A_log, dt_bias;  // (Hv); empty when the gate is precomputed and absent
+  std::vector<uint8_t> state;         // (num_slots, Hv, Dk, Dv) or (.., Dv, Dk), params.state_dtype
+  std::vector<uint8_t> state_indices, state_out_indices;  // (B) in params.index_dtype, may be empty
+  std::vector<double> expected_o;      // (B, Hv, Dv)
+  std::vector<double> expected_state;  // same element count as state
+  int64_t expected_invalid_indices{-1};  // from metadata "invalid_indices" when present, else -1
+};
+
+// Reads and checks a case: every tensor present with the right shape and a
+// supported dtype, metadata values known. On failure: false with a message
+// naming the file, the tensor or key, and the problem.
+bool load_case(const std::string& path, Case* out, std::string* error);
+
+// ---- running and comparing -------------------------------------------------
+// SPEC tolerances on the relative L2 error, by the dtype a result is stored in.
+double output_tolerance(DType t);  // fp32 1e-5, fp16 2e-3, bf16 1e-2
+double state_tolerance(DType t);   // fp32 1e-5, fp16 2e-3, bf16 8e-3
+
+struct Comparison {
+  double rel_l2{0};          // ||x - ref|| / ||ref||  (||x - ref|| when ref is all zero)
+  double worst_abs{0};       // largest |x - ref|
+  int64_t worst_index{-1};   // flat index of that element
+  double worst_expected{0};
+  double worst_got{0};
+  double tolerance{0};
+  int64_t exact_mismatches{0};  // elements that had to match bitwise and did not
+  bool pass{false};
+};
+
+// Compare `got` with `expected`: relative L2 within `tolerance`, and every
+// element whose expected value is exactly what it was before the call
+// (`unchanged`, may be null) must come back bitwise unchanged.
+Comparison compare(const std::vector<double>& got, const std::vector<double>& expected,
+                   double tolerance, const std::vector<double>* unchanged = nullptr);
+
+struct CaseReport {
+  std::string path;
+  bool pass{false};
+  std::string error;  // load, validation or backend failure; empty otherwise
+  Comparison o, state;
+  uint32_t invalid_reported{0};  // out-of-range indices the backend counted
+  std::string notes;             // what the case exercised, for the printed line
+};
+
+// Copy the case into `backend`'s memory, run decode(), copy back, compare.
+CaseReport run_case(const Case& c, Backend backend);
+
+// Every *.safetensors under `dir`, sorted, recursively.
+std::vector<std::string> list_cases(const std::string& dir);
+
+}  // namespace golden
+}  // namespace gdn
