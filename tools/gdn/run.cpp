@@ -262,6 +262,7 @@ int cmd_run(const std::vector<std::string>& args) {
   std::printf("         backend %s, state %s (%s), inputs/output %s, state pools %.1f MiB in all\n",
               ops->name, gdn::to_string(opt.state_dtype), gdn::to_string(opt.layout),
               gdn::to_string(opt.dtype), double(pool_bytes) * L / (1 << 20));
+  std::fflush(stdout);  // the header before the progress bar (stderr)
 
   // ---- the model's per-layer parameters and state pools (random, non-zero)
   std::mt19937_64 rng(opt.seed);

@@ -1,0 +1,183 @@
+// CUDA backend: the BackendOps table, device queries, and the one dispatch
+// from runtime values (state dtype, layout, Dk) to a kernel instantiation.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <mutex>
+
+#include "decode_kernel.cuh"
+#include "gdnkit/backend.hpp"
+#include "gdnkit/gdnkit.hpp"
+
+namespace gdn {
+namespace cuda {
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+// Device facts read once per process (immutable afterwards): nothing on the
+// decode path queries the driver.
+struct Devices {
+  int count{0};
+  cudaError_t error{cudaSuccess};
+  int sms[kMaxDevices]{};
+};
+
+const Devices& devices() {
+  static const Devices d = [] {
+    Devices r;
+    r.error = cudaGetDeviceCount(&r.count);
+    if (r.error != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky error: no driver is not a failure of later calls
+      r.count = 0;
+      return r;
+    }
+    for (int i = 0; i < r.count && i < kMaxDevices; ++i)
+      cudaDeviceGetAttribute(&r.sms[i], cudaDevAttrMultiProcessorCount, i);
+    return r;
+  }();
+  return d;
+}
+
+bool cuda_available(char* why, size_t why_size) {
+  const Devices& d = devices();
+  if (d.count > 0) return true;
+  if (why != nullptr && why_size > 0) {
+    if (d.error != cudaSuccess)
+      std::snprintf(why, why_size, "no CUDA device (%s)", cudaGetErrorString(d.error));
+    else
+      std::snprintf(why, why_size, "no CUDA device");
+  }
+  return false;
+}
+
+Status cuda_can_implement(const DecodeParams& p) {
+  // The state moves in 16-byte vectors: every (slot, head) matrix row must start 16-byte aligned.
+  const size_t elem = dtype_size(p.state_dtype);
+  if (reinterpret_cast<uintptr_t>(p.state) % 16 != 0)
+    return make_status(StatusCode::kUnsupported,
+                       "state: address %p is not 16-byte aligned (the CUDA backend moves the state "
+                       "in 16-byte vectors)",
+                       p.state);
+  if (p.num_slots > 1 && (p.state_slot_stride * int64_t(elem)) % 16 != 0)
+    return make_status(StatusCode::kUnsupported,
+                       "state_slot_stride: %lld elements is not a multiple of 16 bytes (the CUDA "
+                       "backend moves the state in 16-byte vectors)",
+                       (long long)p.state_slot_stride);
+  if (p.batch * p.num_v_heads * 16 > int64_t(0x7fffffff))
+    return make_status(StatusCode::kUnsupported,
+                       "batch: %lld rows x %d v-heads exceeds the CUDA grid limit",
+                       (long long)p.batch, p.num_v_heads);
+  return Status::success();
+}
+
+template <typename T, Layout kLayout, int kDk>
+Launch plan(const DecodeParams& p, int sms) {
+  Launch g;
+  g.items_per_head = (p.head_dim_v + cols_per_item<T, kLayout, kDk>() - 1) / cols_per_item<T, kLayout, kDk>();
+  // Largest power of two warps per block up to 8 that the head's items fill...
+  int w = 1;
+  while (w * 2 <= g.items_per_head && w * 2 <= 8) w *= 2;
+  // ...halved while the grid would leave SMs short of blocks: split V across
+  // more blocks as B * Hv shrinks (the per-warp work never changes).
+  const int64_t heads = p.batch * p.num_v_heads;
+  const int64_t want_blocks = int64_t(4) * sms;
+  while (w > 1 && heads * ((g.items_per_head + w - 1) / w) < want_blocks) w /= 2;
+  g.warps_per_block = w;
+  g.blocks_per_head = (g.items_per_head + w - 1) / w;
+  return g;
+}
+
+template <typename T, Layout kLayout>
+cudaError_t run_layout(const DecodeParams& p, int sms, cudaStream_t stream) {
+  if (p.head_dim_k <= 64) return launch_decode<T, kLayout, 64>(p, plan<T, kLayout, 64>(p, sms), stream);
+  if (p.head_dim_k <= 128) return launch_decode<T, kLayout, 128>(p, plan<T, kLayout, 128>(p, sms), stream);
+  return launch_decode<T, kLayout, 256>(p, plan<T, kLayout, 256>(p, sms), stream);
+}
+
+template <typename T>
+cudaError_t run_state(const DecodeParams& p, int sms, cudaStream_t stream) {
+  return p.layout == Layout::kVK ? run_layout<T, Layout::kVK>(p, sms, stream)
+                                 : run_layout<T, Layout::kKV>(p, sms, stream);
+}
+
+Status cuda_decode(const DecodeParams& p) {
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess)
+    return make_status(StatusCode::kBackendError, "cuda: cudaGetDevice: %s", cudaGetErrorString(err));
+  const int sms = dev < kMaxDevices && devices().sms[dev] > 0 ? devices().sms[dev] : 108;
+  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  switch (p.state_dtype) {
+    case DType::kF32: err = run_state<float>(p, sms, stream); break;
+    case DType::kBF16: err = run_state<__nv_bfloat16>(p, sms, stream); break;
+    case DType::kF16: err = run_state<__half>(p, sms, stream); break;
+  }
+  if (err != cudaSuccess)
+    return make_status(StatusCode::kBackendError, "cuda: kernel launch failed: %s",
+                       cudaGetErrorString(err));
+  return Status::success();
+}
+
+void* cuda_alloc(size_t bytes) {
+  void* ptr = nullptr;
+  if (cudaMalloc(&ptr, bytes ? bytes : 1) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return ptr;
+}
+
+void cuda_release(void* ptr) { cudaFree(ptr); }
+
+Status cuda_copy(void* dst, const void* src, size_t bytes, CopyKind kind) {
+  const cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
+                           : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
+                                                             : cudaMemcpyDeviceToDevice;
+  const cudaError_t err = cudaMemcpy(dst, src, bytes, k);
+  if (err != cudaSuccess)
+    return make_status(StatusCode::kBackendError, "cuda: cudaMemcpy: %s", cudaGetErrorString(err));
+  return Status::success();
+}
+
+Status cuda_sync(void* stream) {
+  const cudaError_t err = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+  if (err != cudaSuccess)
+    return make_status(StatusCode::kBackendError, "cuda: %s", cudaGetErrorString(err));
+  return Status::success();
+}
+
+void cuda_describe(char* buf, size_t size) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < devices().count && used + 1 < size; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
+    used += size_t(std::snprintf(buf + used, size - used, "%sdevice %d: %s, sm_%d%d, %d SMs, %.1f GiB",
+                                 i ? "; " : "", i, prop.name, prop.major, prop.minor,
+                                 prop.multiProcessorCount, double(prop.totalGlobalMem) / (1 << 30)));
+  }
+}
+
+}  // namespace
+}  // namespace cuda
+
+const BackendOps* cuda_backend() {
+  static const BackendOps ops = [] {
+    BackendOps o;
+    o.id = Backend::kCuda;
+    o.name = "cuda";
+    o.available = cuda::cuda_available;
+    o.can_implement = cuda::cuda_can_implement;
+    o.decode = cuda::cuda_decode;
+    o.alloc = cuda::cuda_alloc;
+    o.release = cuda::cuda_release;
+    o.copy = cuda::cuda_copy;
+    o.synchronize = cuda::cuda_sync;
+    o.describe = cuda::cuda_describe;
+    return o;
+  }();
+  return &ops;
+}
+
+}  // namespace gdn

@@ -1,0 +1,717 @@
+// Golden cases: load a safetensors case, run it on a backend, compare.
+//
+// The loader is liberal in what it accepts (ranks, metadata spellings, see
+// docs/golden-format.md) but strict about meaning: every size is derived from
+// one place (Hv, Dk, Dv from state and layout; B and Hk from q or mixed_qkv)
+// and every other tensor must agree with it, so a file written with the wrong
+// layout or a transposed tensor is refused with a message, not run.
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+
+#include "gdnkit/backend.hpp"
+#include "gdnkit/golden.hpp"
+#include "gdnkit/half.hpp"
+
+namespace gdn {
+namespace golden {
+namespace {
+
+// ---- small parsing helpers ---------------------------------------------------
+
+std::string normalize(const std::string& s) {
+  size_t lo = 0, hi = s.size();
+  while (lo < hi && std::isspace(static_cast<unsigned char>(s[lo]))) ++lo;
+  while (hi > lo && std::isspace(static_cast<unsigned char>(s[hi - 1]))) --hi;
+  std::string r = s.substr(lo, hi - lo);
+  for (char& c : r) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return r;
+}
+
+bool parse_int64(const std::string& text, int64_t* out) {
+  const std::string s = normalize(text);
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || end != s.c_str() + s.size()) return false;
+  *out = int64_t(v);
+  return true;
+}
+
+bool parse_real(const std::string& text, double* out) {
+  const std::string s = normalize(text);
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (errno != 0 || end != s.c_str() + s.size() || !std::isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+bool dtype_from_alias(const std::string& value, DType* out) {
+  const std::string s = normalize(value);
+  if (s == "f32" || s == "fp32" || s == "float32") *out = DType::kF32;
+  else if (s == "f16" || s == "fp16" || s == "float16" || s == "half") *out = DType::kF16;
+  else if (s == "bf16" || s == "bfloat16") *out = DType::kBF16;
+  else return false;
+  return true;
+}
+
+// safetensors spelling -> a compute dtype (F32/F16/BF16 only).
+bool float_dtype(const std::string& st, DType* out) {
+  if (st == "F32") *out = DType::kF32;
+  else if (st == "F16") *out = DType::kF16;
+  else if (st == "BF16") *out = DType::kBF16;
+  else return false;
+  return true;
+}
+
+// A metadata value echoed in a message: quoted, with control characters and
+// non-ASCII bytes escaped so a corrupt file cannot garble the terminal.
+std::string quoted(const std::string& s) {
+  std::string r = "\"";
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      r.push_back(char(c));
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      r += buf;
+    }
+  }
+  return r + "\"";
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::ostringstream s;
+  s << '[';
+  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << ']';
+  return s.str();
+}
+
+int64_t read_index(const uint8_t* base, IndexType t, int64_t i) {
+  if (t == IndexType::kI64) {
+    int64_t v;
+    std::memcpy(&v, base + 8 * i, 8);
+    return v;
+  }
+  int32_t v;
+  std::memcpy(&v, base + 4 * i, 4);
+  return v;
+}
+
+// Out-of-range indices (>= num_slots) in both arrays: what a backend reports.
+int64_t count_invalid(const Case& c) {
+  const IndexType t = c.params.index_dtype;
+  if (t == IndexType::kNone) return 0;
+  int64_t bad = 0;
+  for (int64_t b = 0; b < c.params.batch; ++b) {
+    if (!c.state_indices.empty() && read_index(c.state_indices.data(), t, b) >= c.params.num_slots)
+      ++bad;
+    if (!c.state_out_indices.empty() &&
+        read_index(c.state_out_indices.data(), t, b) >= c.params.num_slots)
+      ++bad;
+  }
+  return bad;
+}
+
+std::vector<double> widen_expected(const Tensor& t) {
+  std::vector<double> r(size_t(t.numel()));
+  if (t.dtype == "F64") {
+    std::memcpy(r.data(), t.bytes.data(), r.size() * 8);
+  } else {  // F32
+    for (size_t i = 0; i < r.size(); ++i) {
+      float f;
+      std::memcpy(&f, t.bytes.data() + 4 * i, 4);
+      r[i] = double(f);
+    }
+  }
+  return r;
+}
+
+std::vector<double> widen(const std::vector<uint8_t>& bytes, DType t) {
+  std::vector<double> r(bytes.size() / dtype_size(t));
+  for (size_t i = 0; i < r.size(); ++i) r[i] = load_element(bytes.data(), t, int64_t(i));
+  return r;
+}
+
+// ---- the loader ----------------------------------------------------------------
+
+class Loader {
+ public:
+  Loader(const std::string& path, const SafetensorsFile& f, std::string* error)
+      : path_(path), f_(f), error_(error) {}
+
+  // "<file>: <tensor or key>: <problem>"
+  bool fail(const std::string& what, const std::string& problem) {
+    if (error_) *error_ = path_ + ": " + what + ": " + problem;
+    return false;
+  }
+
+  const std::string* meta(const char* key) const {
+    auto it = f_.metadata.find(key);
+    return it == f_.metadata.end() ? nullptr : &it->second;
+  }
+
+  const Tensor* tensor(const char* name) const {
+    auto it = f_.tensors.find(name);
+    return it == f_.tensors.end() ? nullptr : &it->second;
+  }
+
+  // The tensor, present, with a float compute dtype.
+  bool need_float(const char* name, const Tensor** t, DType* dt) {
+    *t = tensor(name);
+    if (*t == nullptr) return fail(name, "missing tensor");
+    if (!float_dtype((*t)->dtype, dt))
+      return fail(name, "dtype " + (*t)->dtype + " is not supported (F32, F16 or BF16)");
+    return true;
+  }
+
+  // `rows` leading rows of `per_row` elements each. Only the element count and
+  // the leading dim matter (the format allows [B, H*D], [B, H, D], [B, 1, H, D]),
+  // but when the tensor is split into heads its last dim must be the head dim:
+  // that catches a state layout that does not match the metadata.
+  bool check_rows(const char* name, const Tensor& t, int64_t rows, int64_t per_row,
+                  int64_t head_dim, const std::string& expect) {
+    const bool ok_count = !t.shape.empty() && t.shape[0] == rows && t.numel() == rows * per_row;
+    const bool ok_last = t.shape.size() < 3 || head_dim <= 0 || t.shape.back() == head_dim;
+    if (!ok_count || !ok_last)
+      return fail(name, "shape " + shape_string(t.shape) + " does not hold " + expect);
+    return true;
+  }
+
+  bool load(Case* c);
+
+ private:
+  bool load_metadata(DecodeParams* p, bool* layout_given);
+
+  const std::string& path_;
+  const SafetensorsFile& f_;
+  std::string* error_;
+};
+
+bool Loader::load_metadata(DecodeParams* p, bool* layout_given) {
+  if (const std::string* v = meta("op")) {
+    if (normalize(*v) != "gdn_decode") return fail("op", quoted(*v) + " is not gdn_decode");
+  }
+  if (const std::string* v = meta("format_version")) {
+    int64_t n = 0;
+    if (!parse_int64(*v, &n) || n != 1)
+      return fail("format_version", quoted(*v) + " is not supported (this reader knows 1)");
+  }
+  *layout_given = false;
+  if (const std::string* v = meta("layout")) {
+    const std::string s = normalize(*v);
+    if (s == "kv") p->layout = Layout::kKV;
+    else if (s == "vk") p->layout = Layout::kVK;
+    else return fail("layout", "unknown value " + quoted(*v) + " (kv or vk)");
+    *layout_given = true;
+  }
+  if (const std::string* v = meta("l2norm")) {
+    const std::string s = normalize(*v);
+    if (s == "rsqrt" || s == "default") p->l2norm = L2Norm::kRsqrt;
+    else if (s == "max_norm" || s == "max" || s == "normalize" || s == "f_normalize")
+      p->l2norm = L2Norm::kMaxNorm;
+    else if (s == "none" || s == "off") p->l2norm = L2Norm::kNone;
+    else return fail("l2norm", "unknown value " + quoted(*v) + " (rsqrt, max_norm or none)");
+  }
+  if (const std::string* v = meta("l2norm_eps")) {
+    double eps = 0;
+    if (!parse_real(*v, &eps) || eps < 0)
+      return fail("l2norm_eps", quoted(*v) + " is not a finite number >= 0");
+    p->l2norm_eps = float(eps);
+  }
+  if (const std::string* v = meta("scale")) {
+    if (normalize(*v) != "default") {
+      double scale = 0;
+      if (!parse_real(*v, &scale)) return fail("scale", quoted(*v) + " is not a finite number");
+      // DecodeParams reads 0 as "use the default", so a literal 0 cannot be run.
+      if (scale == 0) return fail("scale", "0 is not supported (DecodeParams reads 0 as Dk^-0.5)");
+      p->scale = float(scale);
+    }
+  }
+  if (const std::string* v = meta("head_map")) {
+    const std::string s = normalize(*v);
+    if (s == "interleaved" || s == "repeat_interleave") p->head_map = HeadMap::kInterleaved;
+    else if (s == "tiled" || s == "tile") p->head_map = HeadMap::kTiled;
+    else return fail("head_map", "unknown value " + quoted(*v) + " (interleaved or tiled)");
+  }
+  if (const std::string* v = meta("gate")) {
+    const std::string s = normalize(*v);
+    if (s == "raw") p->gate = Gate::kRaw;
+    else if (s == "precomputed" || s == "pre") p->gate = Gate::kPrecomputed;
+    else return fail("gate", "unknown value " + quoted(*v) + " (raw or precomputed)");
+  }
+  return true;
+}
+
+bool Loader::load(Case* c) {
+  DecodeParams p;
+  bool layout_given = false;
+  if (!load_metadata(&p, &layout_given)) return false;
+
+  // ---- state: Hv, Dk, Dv and the pool size
+  const Tensor* state = nullptr;
+  if (!need_float("state", &state, &p.state_dtype)) return false;
+  if (state->shape.size() != 4)
+    return fail("state", "shape " + shape_string(state->shape) +
+                             " is not rank 4 [num_slots, Hv, Dk, Dv] (kv) or [num_slots, Hv, Dv, Dk] (vk)");
+  // Without the layout a Dk x Dv state cannot be read: there is no safe guess.
+  if (!layout_given) return fail("layout", "missing (kv or vk): needed to read state's shape");
+  const int64_t S = state->shape[0];
+  const int64_t Hv = state->shape[1];
+  const int64_t Dk = p.layout == Layout::kKV ? state->shape[2] : state->shape[3];
+  const int64_t Dv = p.layout == Layout::kKV ? state->shape[3] : state->shape[2];
+  if (S < 1 || Hv < 1 || Dk < 1 || Dv < 1)
+    return fail("state", "shape " + shape_string(state->shape) + " has an empty dimension");
+  if (Hv > std::numeric_limits<int32_t>::max() || Dk > kMaxHeadDim || Dv > kMaxHeadDim)
+    return fail("state", "shape " + shape_string(state->shape) + " has Dk or Dv above " +
+                             std::to_string(kMaxHeadDim) + ", the largest head dim gdnkit runs" +
+                             " (with layout " + to_string(p.layout) + ")");
+  const std::string dims_note = " (Hv, Dk, Dv from state " + shape_string(state->shape) +
+                                " with layout " + to_string(p.layout) + ")";
+
+  int64_t num_slots = S;
+  if (const std::string* v = meta("num_slots")) {
+    if (!parse_int64(*v, &num_slots) || num_slots < 1 || num_slots > S)
+      return fail("num_slots", quoted(*v) + " is not an integer in [1, " + std::to_string(S) +
+                                   "] (the pool in state has " + std::to_string(S) + " slots)");
+  }
+
+  // ---- q, k, v or mixed_qkv: B and Hk
+  const Tensor* mixed = tensor("mixed_qkv");
+  const Tensor* q = tensor("q");
+  int64_t B = 0, Hk = 0;
+  if (mixed != nullptr) {
+    if (q || tensor("k") || tensor("v"))
+      return fail("mixed_qkv", "given together with q/k/v; a case has one or the other");
+    if (!need_float("mixed_qkv", &mixed, &p.qkv_dtype)) return false;
+    if (mixed->shape.size() < 2 || mixed->shape[0] < 1)
+      return fail("mixed_qkv", "shape " + shape_string(mixed->shape) +
+                                   " is not [B, 2*Hk*Dk + Hv*Dv] with B >= 1");
+    B = mixed->shape[0];
+    const int64_t width = mixed->numel() / B;
+    const int64_t qk = width - Hv * Dv;
+    if (mixed->numel() % B != 0 || qk <= 0 || qk % (2 * Dk) != 0)
+      return fail("mixed_qkv", "shape " + shape_string(mixed->shape) +
+                                   " is not [B, 2*Hk*Dk + Hv*Dv]" + dims_note);
+    Hk = qk / (2 * Dk);
+  } else {
+    if (!need_float("q", &q, &p.qkv_dtype)) return false;
+    if (q->shape.size() < 2 || q->shape[0] < 1)
+      return fail("q", "shape " + shape_string(q->shape) + " is not [B, Hk, Dk] with B >= 1");
+    B = q->shape[0];
+    if (q->numel() % (B * Dk) != 0 || q->numel() == 0)
+      return fail("q", "shape " + shape_string(q->shape) + " is not [B, Hk, Dk]" + dims_note);
+    Hk = q->numel() / (B * Dk);
+  }
+  if (Hv % Hk != 0)
+    return fail(mixed ? "mixed_qkv" : "q", "Hk=" + std::to_string(Hk) + " does not divide Hv=" +
+                                              std::to_string(Hv) + dims_note);
+  auto tuple = [](int64_t x, int64_t y, int64_t z) {
+    return "(" + std::to_string(x) + ", " + std::to_string(y) + ", " + std::to_string(z) + ")";
+  };
+  if (!mixed) {
+    if (!check_rows("q", *q, B, Hk * Dk, Dk, "(B, Hk, Dk) = " + tuple(B, Hk, Dk) + dims_note))
+      return false;
+    const Tensor* k = nullptr;
+    const Tensor* v = nullptr;
+    DType kt{}, vt{};
+    if (!need_float("k", &k, &kt) || !need_float("v", &v, &vt)) return false;
+    if (kt != p.qkv_dtype) return fail("k", "dtype " + k->dtype + " differs from q's " + q->dtype);
+    if (vt != p.qkv_dtype) return fail("v", "dtype " + v->dtype + " differs from q's " + q->dtype);
+    if (!check_rows("k", *k, B, Hk * Dk, Dk, "(B, Hk, Dk) = " + tuple(B, Hk, Dk) + dims_note) ||
+        !check_rows("v", *v, B, Hv * Dv, Dv, "(B, Hv, Dv) = " + tuple(B, Hv, Dv) + dims_note))
+      return false;
+    c->q = q->bytes;
+    c->k = k->bytes;
+    c->v = v->bytes;
+  } else {
+    c->mixed_qkv = mixed->bytes;
+  }
+
+  // ---- gates
+  const Tensor* a = nullptr;
+  const Tensor* b = nullptr;
+  DType bt{};
+  if (!need_float("a", &a, &p.ab_dtype) || !need_float("b", &b, &bt)) return false;
+  if (bt != p.ab_dtype) return fail("b", "dtype " + b->dtype + " differs from a's " + a->dtype);
+  const std::string bhv = "(B, Hv) = (" + std::to_string(B) + ", " + std::to_string(Hv) + ")";
+  if (!check_rows("a", *a, B, Hv, Hv, bhv) || !check_rows("b", *b, B, Hv, Hv, bhv)) return false;
+  c->a = a->bytes;
+  c->b = b->bytes;
+  for (const char* name : {"A_log", "dt_bias"}) {
+    const Tensor* t = tensor(name);
+    if (t == nullptr) {
+      if (p.gate == Gate::kRaw) return fail(name, "missing tensor (needed by gate=raw)");
+      continue;
+    }
+    if (t->dtype != "F32") return fail(name, "dtype " + t->dtype + " is not supported (F32)");
+    if (t->numel() != Hv || t->shape.empty() || t->shape.back() != Hv)
+      return fail(name, "shape " + shape_string(t->shape) + " is not [Hv] = [" +
+                            std::to_string(Hv) + "]");
+    std::vector<float>& dst = std::strcmp(name, "A_log") == 0 ? c->A_log : c->dt_bias;
+    dst.resize(size_t(Hv));
+    std::memcpy(dst.data(), t->bytes.data(), size_t(Hv) * 4);
+  }
+
+  // ---- slot indices
+  const Tensor* si = tensor("state_indices");
+  const Tensor* so = tensor("state_out_indices");
+  if (so && !si) return fail("state_out_indices", "given without state_indices");
+  if (si) {
+    if (si->dtype == "I32") p.index_dtype = IndexType::kI32;
+    else if (si->dtype == "I64") p.index_dtype = IndexType::kI64;
+    else return fail("state_indices", "dtype " + si->dtype + " is not supported (I32 or I64)");
+    const std::string bx = "(B) = (" + std::to_string(B) + ")";
+    if (!check_rows("state_indices", *si, B, 1, 0, bx)) return false;
+    c->state_indices = si->bytes;
+    if (so) {
+      if (so->dtype != si->dtype)
+        return fail("state_out_indices",
+                    "dtype " + so->dtype + " differs from state_indices' " + si->dtype);
+      if (!check_rows("state_out_indices", *so, B, 1, 0, bx)) return false;
+      c->state_out_indices = so->bytes;
+    }
+  } else if (num_slots < B) {
+    return fail("state", std::to_string(num_slots) + " slots for B=" + std::to_string(B) +
+                             " rows and no state_indices (row b uses slot b)");
+  }
+
+  // ---- output dtype (default: the q/k/v dtype)
+  p.o_dtype = p.qkv_dtype;
+  if (const std::string* v = meta("output_dtype")) {
+    if (!dtype_from_alias(*v, &p.o_dtype))
+      return fail("output_dtype", "unknown value " + quoted(*v) + " (F32, F16 or BF16)");
+  }
+
+  // ---- expected results
+  for (const char* name : {"expected_o", "expected_state"}) {
+    const Tensor* t = tensor(name);
+    if (t == nullptr) return fail(name, "missing tensor");
+    if (t->dtype != "F64" && t->dtype != "F32")
+      return fail(name, "dtype " + t->dtype + " is not supported (F64, or F32)");
+  }
+  const Tensor* eo = tensor("expected_o");
+  const Tensor* es = tensor("expected_state");
+  if (!check_rows("expected_o", *eo, B, Hv * Dv, Dv, "(B, Hv, Dv) = " + tuple(B, Hv, Dv) + dims_note))
+    return false;
+  if (es->numel() != state->numel() || es->shape.empty() || es->shape[0] != S ||
+      (es->shape.size() == 4 && es->shape != state->shape))
+    return fail("expected_state", "shape " + shape_string(es->shape) +
+                                      " is not state's shape " + shape_string(state->shape));
+  c->expected_o = widen_expected(*eo);
+  c->expected_state = widen_expected(*es);
+  c->state = state->bytes;
+
+  // ---- the parameters, for dense host buffers
+  p.batch = B;
+  p.num_k_heads = int32_t(Hk);
+  p.num_v_heads = int32_t(Hv);
+  p.head_dim_k = int32_t(Dk);
+  p.head_dim_v = int32_t(Dv);
+  p.num_slots = num_slots;
+  set_dense_strides(p);
+  c->params = p;
+  c->packed_qkv = mixed != nullptr;
+
+  // ---- the invalid-index count the file promises must be the one its indices give;
+  // otherwise a backend would be blamed for the file's mistake.
+  const int64_t invalid = count_invalid(*c);
+  c->expected_invalid_indices = -1;
+  if (const std::string* v = meta("invalid_indices")) {
+    int64_t n = 0;
+    if (!parse_int64(*v, &n) || n < 0)
+      return fail("invalid_indices", quoted(*v) + " is not an integer >= 0");
+    if (n != invalid)
+      return fail("invalid_indices",
+                  "metadata says " + std::to_string(n) + " but the indices hold " +
+                      std::to_string(invalid) + " >= num_slots=" + std::to_string(num_slots));
+    c->expected_invalid_indices = n;
+  }
+  return true;
+}
+
+// ---- device memory, released on every path -----------------------------------
+
+class DeviceBuffers {
+ public:
+  explicit DeviceBuffers(const BackendOps* ops) : ops_(ops) {}
+  ~DeviceBuffers() {
+    for (void* p : ptrs_) ops_->release(p);
+  }
+  DeviceBuffers(const DeviceBuffers&) = delete;
+  DeviceBuffers& operator=(const DeviceBuffers&) = delete;
+
+  // Allocate and copy `bytes` in; nullptr (and `error` set) on failure.
+  void* upload(const char* name, const void* bytes, size_t size, std::string* error) {
+    void* p = ops_->alloc(size);
+    if (p == nullptr) {
+      *error = std::string(ops_->name) + ": cannot allocate " + std::to_string(size) +
+               " bytes for " + name;
+      return nullptr;
+    }
+    ptrs_.push_back(p);
+    const Status st = ops_->copy(p, bytes, size, CopyKind::kHostToDevice);
+    if (!st.ok()) {
+      *error = std::string(ops_->name) + ": copy of " + name + " to the device: " + st.message;
+      return nullptr;
+    }
+    return p;
+  }
+
+  bool download(const char* name, void* dst, const void* src, size_t size, std::string* error) {
+    const Status st = ops_->copy(dst, src, size, CopyKind::kDeviceToHost);
+    if (!st.ok()) {
+      *error = std::string(ops_->name) + ": copy of " + name + " from the device: " + st.message;
+      return false;
+    }
+    return true;
+  }
+
+ private:
+  const BackendOps* ops_;
+  std::vector<void*> ptrs_;
+};
+
+std::string describe(const Case& c) {
+  const DecodeParams& p = c.params;
+  std::ostringstream s;
+  s << "B=" << p.batch << " Hk=" << p.num_k_heads << " Hv=" << p.num_v_heads
+    << " Dk=" << p.head_dim_k << " Dv=" << p.head_dim_v << " qkv=" << to_string(p.qkv_dtype)
+    << (c.packed_qkv ? "(packed)" : "") << " ab=" << to_string(p.ab_dtype)
+    << " o=" << to_string(p.o_dtype) << " state=" << to_string(p.state_dtype) << "/"
+    << to_string(p.layout) << " slots=" << p.num_slots;
+  if (p.index_dtype != IndexType::kNone)
+    s << " idx=" << to_string(p.index_dtype) << (c.state_out_indices.empty() ? "" : "+out");
+  s << " gate=" << to_string(p.gate) << " l2norm=" << to_string(p.l2norm);
+  if (p.l2norm != L2Norm::kNone && p.l2norm_eps != 1e-6f) s << "(eps=" << p.l2norm_eps << ")";
+  s << " head_map=" << to_string(p.head_map);
+  if (p.scale != 0.0f) s << " scale=" << p.scale;
+  return s.str();
+}
+
+CaseReport run_impl(const Case& c, Backend backend) {
+  CaseReport r;
+  r.path = c.path;
+  r.notes = describe(c);
+  const DecodeParams& cp = c.params;
+  const int64_t o_count = cp.batch * cp.num_v_heads * cp.head_dim_v;
+
+  const Backend resolved = resolve_backend(backend);
+  const BackendOps* ops = backend_ops(resolved);
+  if (ops == nullptr) {
+    r.error = std::string("backend ") + to_string(resolved) + ": not built into this gdnkit";
+    return r;
+  }
+  char why[160] = {};
+  if (!ops->available(why, sizeof why)) {
+    r.error = std::string("backend ") + ops->name + ": " + why;
+    return r;
+  }
+  if (int64_t(c.expected_o.size()) != o_count ||
+      c.expected_state.size() * dtype_size(cp.state_dtype) != c.state.size()) {
+    r.error = "case: expected_o / expected_state sizes do not match the parameters";
+    return r;
+  }
+
+  DeviceBuffers dev(ops);
+  DecodeParams p = cp;
+  std::string& err = r.error;
+  auto up = [&](const char* name, const auto& vec) -> void* {
+    if (vec.empty()) return nullptr;
+    return dev.upload(name, vec.data(), vec.size() * sizeof(vec[0]), &err);
+  };
+  if (c.packed_qkv) {
+    void* m = up("mixed_qkv", c.mixed_qkv);
+    if (!m) return r;
+    const int64_t row = 2 * int64_t(p.num_k_heads) * p.head_dim_k +
+                        int64_t(p.num_v_heads) * p.head_dim_v;
+    set_packed_qkv(p, m, row);
+  } else {
+    if (!(p.q = up("q", c.q)) || !(p.k = up("k", c.k)) || !(p.v = up("v", c.v))) return r;
+  }
+  if (!(p.a = up("a", c.a)) || !(p.b = up("b", c.b))) return r;
+  p.A_log = static_cast<const float*>(up("A_log", c.A_log));
+  p.dt_bias = static_cast<const float*>(up("dt_bias", c.dt_bias));
+  if (!err.empty()) return r;
+  p.state = up("state", c.state);
+  if (!p.state) return r;
+  p.state_indices = up("state_indices", c.state_indices);
+  p.state_out_indices = up("state_out_indices", c.state_out_indices);
+  if (!err.empty()) return r;
+
+  // o starts as all-ones bytes: NaN in fp32, fp16 and bf16 alike, so an
+  // output element the backend never writes fails the comparison.
+  const size_t o_bytes = size_t(o_count) * dtype_size(p.o_dtype);
+  std::vector<uint8_t> o_host(o_bytes, 0xff);
+  if (!(p.o = up("o", o_host))) return r;
+  const uint32_t zero = 0;
+  p.invalid_index_count = static_cast<uint32_t*>(dev.upload("invalid_index_count", &zero, 4, &err));
+  if (!p.invalid_index_count) return r;
+
+  const Status st = decode(p, resolved);
+  if (!st.ok()) {
+    err = std::string("decode: ") + to_string(st.code) + ": " + st.message;
+    return r;
+  }
+  if (ops->synchronize) {
+    const Status sy = ops->synchronize(p.stream);
+    if (!sy.ok()) {
+      err = std::string("synchronize: ") + sy.message;
+      return r;
+    }
+  }
+  std::vector<uint8_t> state_host(c.state.size());
+  if (!dev.download("o", o_host.data(), p.o, o_bytes, &err) ||
+      !dev.download("state", state_host.data(), p.state, state_host.size(), &err) ||
+      !dev.download("invalid_index_count", &r.invalid_reported, p.invalid_index_count, 4, &err))
+    return r;
+
+  // ---- compare
+  const std::vector<double> o_got = widen(o_host, p.o_dtype);
+  r.o = compare(o_got, c.expected_o, output_tolerance(p.o_dtype));
+  // Padding rows (expected all exactly 0) must be written as exact zeros.
+  const int64_t row_len = int64_t(p.num_v_heads) * p.head_dim_v;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const double* e = c.expected_o.data() + b * row_len;
+    if (!std::all_of(e, e + row_len, [](double x) { return x == 0.0; })) continue;
+    for (int64_t j = 0; j < row_len; ++j)
+      if (!(o_got[size_t(b * row_len + j)] == 0.0)) ++r.o.exact_mismatches;
+  }
+  if (r.o.exact_mismatches) r.o.pass = false;
+
+  const std::vector<double> state_in = widen(c.state, p.state_dtype);
+  const std::vector<double> state_got = widen(state_host, p.state_dtype);
+  r.state = compare(state_got, c.expected_state, state_tolerance(p.state_dtype), &state_in);
+
+  const int64_t want_invalid =
+      c.expected_invalid_indices >= 0 ? c.expected_invalid_indices : count_invalid(c);
+  bool invalid_ok = int64_t(r.invalid_reported) == want_invalid;
+  if (!invalid_ok)
+    err = "invalid_index_count: backend reported " + std::to_string(r.invalid_reported) +
+          ", the case has " + std::to_string(want_invalid) + " out-of-range indices";
+  r.pass = r.o.pass && r.state.pass && invalid_ok && err.empty();
+  return r;
+}
+
+}  // namespace
+
+// ---- public API ------------------------------------------------------------------
+
+bool load_case(const std::string& path, Case* out, std::string* error) {
+  try {
+    SafetensorsFile f;
+    if (!read_safetensors(path, &f, error)) return false;
+    Case c;
+    c.path = path;
+    Loader loader(path, f, error);
+    if (!loader.load(&c)) return false;
+    *out = std::move(c);
+    return true;
+  } catch (const std::exception& e) {
+    if (error) *error = path + ": cannot load: " + e.what();
+  } catch (...) {
+    if (error) *error = path + ": cannot load: unknown error";
+  }
+  return false;
+}
+
+double output_tolerance(DType t) {
+  switch (t) {
+    case DType::kF32: return 1e-5;
+    case DType::kF16: return 2e-3;
+    case DType::kBF16: return 1e-2;
+  }
+  return 0.0;
+}
+
+double state_tolerance(DType t) {
+  switch (t) {
+    case DType::kF32: return 1e-5;
+    case DType::kF16: return 2e-3;
+    case DType::kBF16: return 8e-3;
+  }
+  return 0.0;
+}
+
+Comparison compare(const std::vector<double>& got, const std::vector<double>& expected,
+                   double tolerance, const std::vector<double>* unchanged) {
+  Comparison c;
+  c.tolerance = tolerance;
+  if (got.size() != expected.size() || (unchanged && unchanged->size() != expected.size())) {
+    c.rel_l2 = std::numeric_limits<double>::infinity();
+    return c;
+  }
+  const double inf = std::numeric_limits<double>::infinity();
+  double diff2 = 0.0, ref2 = 0.0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const double e = expected[i], g = got[i];
+    // Non-finite expectations (non-finite inputs propagate) match themselves.
+    double d;
+    if (e == g || (std::isnan(e) && std::isnan(g))) d = 0.0;
+    else d = std::isnan(g - e) ? inf : std::fabs(g - e);
+    // The L2 error runs over the whole tensor, as docs/golden-format.md defines
+    // it; elements that must not change are held to the bitwise rule on top.
+    if (std::isfinite(e)) ref2 += e * e;
+    diff2 += d * d;
+    const bool must_keep = unchanged != nullptr && e == (*unchanged)[i];
+    const bool kept = !must_keep || std::memcmp(&g, &(*unchanged)[i], sizeof(double)) == 0;
+    if (!kept) ++c.exact_mismatches;
+    // A broken exact rule is reported as the worst element when the L2 part
+    // has nothing larger to show (e.g. -0.0 written over +0.0).
+    if (d > c.worst_abs || (!kept && c.worst_index < 0)) {
+      c.worst_abs = d;
+      c.worst_index = int64_t(i);
+      c.worst_expected = e;
+      c.worst_got = g;
+    }
+  }
+  const double diff = std::sqrt(diff2);
+  c.rel_l2 = ref2 > 0.0 ? diff / std::sqrt(ref2) : diff;
+  c.pass = c.rel_l2 <= tolerance && c.exact_mismatches == 0;
+  return c;
+}
+
+CaseReport run_case(const Case& c, Backend backend) {
+  try {
+    return run_impl(c, backend);
+  } catch (const std::exception& e) {
+    CaseReport r;
+    r.path = c.path;
+    r.error = std::string("run: ") + e.what();
+    return r;
+  } catch (...) {
+    CaseReport r;
+    r.path = c.path;
+    r.error = "run: unknown error";
+    return r;
+  }
+}
+
+std::vector<std::string> list_cases(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec);
+  for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code ec2;
+    if (it->path().extension() == ".safetensors" && it->is_regular_file(ec2))
+      out.push_back(it->path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace golden
+}  // namespace gdn

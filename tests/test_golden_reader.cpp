@@ -1,0 +1,641 @@
+// Tests of the golden-file library: the safetensors reader/writer must turn
+// every malformed file into a clear error (file name + problem), load_case
+// must refuse cases whose tensors disagree with each other, and run_case /
+// compare must catch wrong results, unwritten outputs and touched slots.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gdnkit/golden.hpp"
+#include "gdnkit/half.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using gdn::golden::Case;
+using gdn::golden::SafetensorsFile;
+using gdn::golden::Tensor;
+
+// A fresh directory per test, removed afterwards.
+class GoldenTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(::testing::TempDir()) /
+           (std::string("gdnkit_golden_") + info->test_suite_name() + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+// ---- builders -------------------------------------------------------------------
+
+template <typename T>
+Tensor make_tensor(const std::string& dtype, std::vector<int64_t> shape, const std::vector<T>& v) {
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.bytes.resize(v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
+  return t;
+}
+
+// n floats with a simple deterministic pattern, non-zero.
+std::vector<float> ramp(int64_t n, float scale = 0.01f, float offset = 0.1f) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = offset + scale * float((i * 37) % 23 - 11);
+  return v;
+}
+
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+// A well-formed case: B=2, Hk=1, Hv=2, Dk=16, Dv=32, kv layout, all fp32.
+// Values are arbitrary: these files test loading, not the math.
+SafetensorsFile valid_case() {
+  const int64_t B = 2, Hk = 1, Hv = 2, Dk = 16, Dv = 32, S = 3;
+  SafetensorsFile f;
+  f.metadata = {{"op", "gdn_decode"}, {"format_version", "1"}, {"layout", "kv"},
+                {"gate", "raw"},      {"l2norm", "rsqrt"},    {"num_slots", "3"}};
+  f.tensors["q"] = make_tensor("F32", {B, Hk, Dk}, ramp(B * Hk * Dk));
+  f.tensors["k"] = make_tensor("F32", {B, Hk, Dk}, ramp(B * Hk * Dk, 0.02f));
+  f.tensors["v"] = make_tensor("F32", {B, Hv, Dv}, ramp(B * Hv * Dv, 0.03f));
+  f.tensors["a"] = make_tensor("F32", {B, Hv}, ramp(B * Hv));
+  f.tensors["b"] = make_tensor("F32", {B, Hv}, ramp(B * Hv));
+  f.tensors["A_log"] = make_tensor("F32", {Hv}, ramp(Hv));
+  f.tensors["dt_bias"] = make_tensor("F32", {Hv}, ramp(Hv));
+  f.tensors["state"] = make_tensor("F32", {S, Hv, Dk, Dv}, ramp(S * Hv * Dk * Dv));
+  f.tensors["expected_o"] =
+      make_tensor("F64", {B, Hv, Dv}, std::vector<double>(size_t(B * Hv * Dv), 0.5));
+  f.tensors["expected_state"] =
+      make_tensor("F64", {S, Hv, Dk, Dv}, std::vector<double>(size_t(S * Hv * Dk * Dv), 0.25));
+  return f;
+}
+
+std::vector<uint8_t> file_bytes(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void put_bytes(const std::string& p, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+}
+
+// A file with `header` as its JSON and `data_bytes` zero bytes of data.
+void put_raw(const std::string& p, const std::string& header, size_t data_bytes,
+             uint64_t header_len_field = UINT64_MAX) {
+  std::vector<uint8_t> bytes(8);
+  const uint64_t n = header_len_field == UINT64_MAX ? header.size() : header_len_field;
+  for (int i = 0; i < 8; ++i) bytes[size_t(i)] = uint8_t(n >> (8 * i));
+  bytes.insert(bytes.end(), header.begin(), header.end());
+  bytes.resize(bytes.size() + data_bytes, 0);
+  put_bytes(p, bytes);
+}
+
+uint64_t header_length(const std::vector<uint8_t>& bytes) {
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[size_t(i)];
+  return n;
+}
+
+// read_safetensors fails, and the message names the file and the problem.
+void expect_read_error(const std::string& p, const std::string& word) {
+  SafetensorsFile f;
+  std::string error;
+  EXPECT_FALSE(gdn::golden::read_safetensors(p, &f, &error)) << p;
+  EXPECT_NE(error.find(fs::path(p).filename().string()), std::string::npos) << error;
+  EXPECT_NE(error.find(word), std::string::npos) << "expected '" << word << "' in: " << error;
+}
+
+// load_case fails with "<file>: <what>: ...<word>...".
+void expect_load_error(const std::string& p, const std::string& what, const std::string& word) {
+  Case c;
+  std::string error;
+  EXPECT_FALSE(gdn::golden::load_case(p, &c, &error)) << p;
+  EXPECT_NE(error.find(p + ": " + what + ": "), std::string::npos)
+      << "expected '" << p << ": " << what << ": ' in: " << error;
+  EXPECT_NE(error.find(word), std::string::npos) << "expected '" << word << "' in: " << error;
+}
+
+void write_ok(const std::string& p, const SafetensorsFile& f) {
+  std::string error;
+  ASSERT_TRUE(gdn::golden::write_safetensors(p, f, &error)) << error;
+}
+
+// ---- safetensors: round trip -------------------------------------------------
+
+TEST_F(GoldenTest, RoundTripKeepsTensorsAndMetadata) {
+  SafetensorsFile f;
+  f.metadata = {{"op", "gdn_decode"}, {"description", "round trip, with \"quotes\" and ünïcode"}};
+  f.tensors["f32"] = make_tensor("F32", {2, 3}, std::vector<float>{1, -2, 3.5f, 4, 5, 6});
+  f.tensors["f64"] = make_tensor("F64", {3}, std::vector<double>{1e-300, -0.0, 7});
+  f.tensors["i64"] = make_tensor("I64", {2}, std::vector<int64_t>{-1, int64_t(1) << 40});
+  f.tensors["i32"] = make_tensor("I32", {1, 1, 1}, std::vector<int32_t>{-7});
+  f.tensors["bf16"] = make_tensor("BF16", {2}, std::vector<uint16_t>{0x3f80, 0xc000});
+  f.tensors["scalar"] = make_tensor("F32", {}, std::vector<float>{42});
+  f.tensors["empty"] = make_tensor("F16", {0, 4}, std::vector<uint16_t>{});
+  const std::string p = path("roundtrip.safetensors");
+  write_ok(p, f);
+
+  // The data buffer starts 8-byte aligned, as safetensors writers do.
+  const std::vector<uint8_t> bytes = file_bytes(p);
+  EXPECT_EQ((8 + header_length(bytes)) % 8, 0u);
+
+  SafetensorsFile g;
+  std::string error;
+  ASSERT_TRUE(gdn::golden::read_safetensors(p, &g, &error)) << error;
+  EXPECT_EQ(g.metadata, f.metadata);
+  ASSERT_EQ(g.tensors.size(), f.tensors.size());
+  for (const auto& kv : f.tensors) {
+    const Tensor& t = g.tensors.at(kv.first);
+    EXPECT_EQ(t.dtype, kv.second.dtype) << kv.first;
+    EXPECT_EQ(t.shape, kv.second.shape) << kv.first;
+    EXPECT_EQ(t.bytes, kv.second.bytes) << kv.first;
+  }
+  EXPECT_EQ(g.tensors.at("scalar").numel(), 1);
+  EXPECT_EQ(g.tensors.at("empty").numel(), 0);
+}
+
+TEST_F(GoldenTest, WriterRefusesInconsistentTensor) {
+  SafetensorsFile f;
+  f.tensors["x"] = make_tensor("F32", {3}, std::vector<float>{1, 2});  // 8 bytes for 12
+  std::string error;
+  EXPECT_FALSE(gdn::golden::write_safetensors(path("bad.safetensors"), f, &error));
+  EXPECT_NE(error.find("bad.safetensors"), std::string::npos) << error;
+  EXPECT_NE(error.find("'x'"), std::string::npos) << error;
+}
+
+// ---- safetensors: malformed files ----------------------------------------------
+
+TEST_F(GoldenTest, TruncatedFilesAreRefused) {
+  const std::string good = path("good.safetensors");
+  write_ok(good, valid_case());
+  const std::vector<uint8_t> bytes = file_bytes(good);
+  const uint64_t hlen = header_length(bytes);
+  struct Cut {
+    size_t at;
+    const char* word;
+  } cuts[] = {
+      {0, "shorter"},  // empty file
+      {5, "shorter"},  // inside the length field
+      {8, "runs past"},
+      {8 + size_t(hlen) / 2, "runs past"},    // inside the JSON
+      {8 + size_t(hlen), "out of range"},     // no data at all
+      {bytes.size() - 100, "out of range"},   // inside the data
+      {bytes.size() - 1, "out of range"},
+  };
+  for (const Cut& c : cuts) {
+    const std::string p = path("cut_" + std::to_string(c.at) + ".safetensors");
+    put_bytes(p, std::vector<uint8_t>(bytes.begin(), bytes.begin() + long(c.at)));
+    expect_read_error(p, c.word);
+    expect_read_error(p, "truncated");
+  }
+}
+
+TEST_F(GoldenTest, HeaderLengthTooLarge) {
+  const std::string hdr = R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})";
+  put_raw(path("past_end.safetensors"), hdr, 4, hdr.size() + 5);
+  expect_read_error(path("past_end.safetensors"), "runs past the end");
+  put_raw(path("absurd.safetensors"), hdr, 4, uint64_t(1) << 40);
+  expect_read_error(path("absurd.safetensors"), "absurd");
+  put_raw(path("max.safetensors"), hdr, 4, UINT64_MAX - 1);
+  expect_read_error(path("max.safetensors"), "absurd");
+  put_raw(path("zero.safetensors"), hdr, 4, 0);
+  expect_read_error(path("zero.safetensors"), "header length is 0");
+}
+
+TEST_F(GoldenTest, BadJson) {
+  put_raw(path("badjson.safetensors"), R"({"x": {"dtype": "F32", )", 0);
+  expect_read_error(path("badjson.safetensors"), "not valid JSON");
+  put_raw(path("garbage.safetensors"), std::string("\x01\x02\xff\xfe", 4), 16);
+  expect_read_error(path("garbage.safetensors"), "not valid JSON");
+  put_raw(path("deep.safetensors"), std::string(5000, '[') + std::string(5000, ']'), 0);
+  expect_read_error(path("deep.safetensors"), "nested");
+}
+
+TEST_F(GoldenTest, HeaderNotAnObject) {
+  put_raw(path("array.safetensors"), "[1, 2, 3]", 0);
+  expect_read_error(path("array.safetensors"), "not an object");
+  put_raw(path("string.safetensors"), R"("hello")", 0);
+  expect_read_error(path("string.safetensors"), "not an object");
+  put_raw(path("entry.safetensors"), R"({"x": 3})", 0);
+  expect_read_error(path("entry.safetensors"), "not an object");
+  put_raw(path("meta.safetensors"), R"({"__metadata__": [1]})", 0);
+  expect_read_error(path("meta.safetensors"), "__metadata__");
+  put_raw(path("metaval.safetensors"), R"({"__metadata__": {"layout": 3}})", 0);
+  expect_read_error(path("metaval.safetensors"), "not a string");
+}
+
+TEST_F(GoldenTest, TensorEntryMissingKeys) {
+  put_raw(path("nodtype.safetensors"), R"({"x": {"shape": [1], "data_offsets": [0, 4]}})", 4);
+  expect_read_error(path("nodtype.safetensors"), "missing dtype");
+  put_raw(path("noshape.safetensors"), R"({"x": {"dtype": "F32", "data_offsets": [0, 4]}})", 4);
+  expect_read_error(path("noshape.safetensors"), "missing shape");
+  put_raw(path("nooffsets.safetensors"), R"({"x": {"dtype": "F32", "shape": [1]}})", 4);
+  expect_read_error(path("nooffsets.safetensors"), "missing data_offsets");
+}
+
+TEST_F(GoldenTest, UnknownDtype) {
+  put_raw(path("f33.safetensors"), R"({"x": {"dtype": "F33", "shape": [1], "data_offsets": [0, 4]}})",
+          4);
+  expect_read_error(path("f33.safetensors"), "unknown dtype");
+  put_raw(path("num.safetensors"), R"({"x": {"dtype": 4, "shape": [1], "data_offsets": [0, 4]}})", 4);
+  expect_read_error(path("num.safetensors"), "dtype");
+}
+
+TEST_F(GoldenTest, BadShapes) {
+  put_raw(path("neg.safetensors"), R"({"x": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})",
+          4);
+  expect_read_error(path("neg.safetensors"), "non-negative");
+  put_raw(path("float.safetensors"),
+          R"({"x": {"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}})", 4);
+  expect_read_error(path("float.safetensors"), "non-negative integer");
+  put_raw(path("overflow.safetensors"),
+          R"({"x": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 4]}})", 4);
+  expect_read_error(path("overflow.safetensors"), "overflow");
+  put_raw(path("huge.safetensors"),
+          R"({"x": {"dtype": "F32", "shape": [18446744073709551615], "data_offsets": [0, 4]}})", 4);
+  expect_read_error(path("huge.safetensors"), "shape");
+  put_raw(path("notarray.safetensors"),
+          R"({"x": {"dtype": "F32", "shape": 1, "data_offsets": [0, 4]}})", 4);
+  expect_read_error(path("notarray.safetensors"), "shape is not an array");
+}
+
+TEST_F(GoldenTest, BadOffsets) {
+  put_raw(path("range.safetensors"),
+          R"({"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", 8);
+  expect_read_error(path("range.safetensors"), "out of range");
+  put_raw(path("size.safetensors"),
+          R"({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 12]}})", 16);
+  expect_read_error(path("size.safetensors"), "needs 8");
+  put_raw(path("order.safetensors"),
+          R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [8, 4]}})", 16);
+  expect_read_error(path("order.safetensors"), "begin is past end");
+  put_raw(path("three.safetensors"),
+          R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4, 8]}})", 16);
+  expect_read_error(path("three.safetensors"), "data_offsets");
+  put_raw(path("negoff.safetensors"),
+          R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [-4, 0]}})", 16);
+  expect_read_error(path("negoff.safetensors"), "data_offsets");
+}
+
+TEST_F(GoldenTest, OverlappingTensorsAreAccepted) {
+  put_raw(path("overlap.safetensors"),
+          R"({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+              "y": {"dtype": "I32", "shape": [2], "data_offsets": [4, 12]}})",
+          12);
+  SafetensorsFile f;
+  std::string error;
+  EXPECT_TRUE(gdn::golden::read_safetensors(path("overlap.safetensors"), &f, &error)) << error;
+  EXPECT_EQ(f.tensors.size(), 2u);
+}
+
+TEST_F(GoldenTest, MissingFileAndDirectory) {
+  expect_read_error(path("nope.safetensors"), "cannot open");
+  fs::create_directories(path("adir.safetensors"));
+  expect_read_error(path("adir.safetensors"), "directory");
+}
+
+// ---- load_case ------------------------------------------------------------------
+
+TEST_F(GoldenTest, LoadsValidCase) {
+  const std::string p = path("case.safetensors");
+  write_ok(p, valid_case());
+  Case c;
+  std::string error;
+  ASSERT_TRUE(gdn::golden::load_case(p, &c, &error)) << error;
+  EXPECT_EQ(c.path, p);
+  EXPECT_EQ(c.params.batch, 2);
+  EXPECT_EQ(c.params.num_k_heads, 1);
+  EXPECT_EQ(c.params.num_v_heads, 2);
+  EXPECT_EQ(c.params.head_dim_k, 16);
+  EXPECT_EQ(c.params.head_dim_v, 32);
+  EXPECT_EQ(c.params.num_slots, 3);
+  EXPECT_EQ(c.params.layout, gdn::Layout::kKV);
+  EXPECT_EQ(c.params.qkv_dtype, gdn::DType::kF32);
+  EXPECT_EQ(c.params.o_dtype, gdn::DType::kF32);  // defaults to the q/k/v dtype
+  EXPECT_EQ(c.params.index_dtype, gdn::IndexType::kNone);
+  EXPECT_EQ(c.params.state_slot_stride, 2 * 16 * 32);
+  EXPECT_EQ(c.params.v_batch_stride, 2 * 32);
+  EXPECT_FALSE(c.packed_qkv);
+  EXPECT_EQ(c.A_log.size(), 2u);
+  EXPECT_EQ(c.expected_o.size(), size_t(2 * 2 * 32));
+  EXPECT_EQ(c.expected_state.size(), size_t(3 * 2 * 16 * 32));
+  EXPECT_EQ(c.expected_invalid_indices, -1);
+}
+
+TEST_F(GoldenTest, LoadAcceptsAliasesAndOtherRanks) {
+  SafetensorsFile f = valid_case();
+  f.metadata = {{"op", "GDN_DECODE"}, {"layout", " VK "},       {"l2norm", "F_Normalize"},
+                {"head_map", "tile"}, {"gate", "Pre"},          {"output_dtype", "bfloat16"},
+                {"scale", "0.25"},    {"l2norm_eps", "1e-5"},   {"extra_key", "ignored"}};
+  // vk: state [S, Hv, Dv, Dk]; flat q/k and unsqueezed v, a, expected_o.
+  f.tensors["state"].shape = {3, 2, 32, 16};
+  f.tensors["expected_state"].shape = {3, 2, 32, 16};
+  f.tensors["q"].shape = {2, 16};
+  f.tensors["k"].shape = {2, 1, 1, 16};
+  f.tensors["v"].shape = {2, 1, 2, 32};
+  f.tensors["a"].shape = {2, 1, 2};
+  f.tensors["expected_o"].shape = {2, 64};
+  f.tensors.erase("A_log");  // optional with a precomputed gate
+  f.tensors.erase("dt_bias");
+  const std::string p = path("aliases.safetensors");
+  write_ok(p, f);
+  Case c;
+  std::string error;
+  ASSERT_TRUE(gdn::golden::load_case(p, &c, &error)) << error;
+  EXPECT_EQ(c.params.layout, gdn::Layout::kVK);
+  EXPECT_EQ(c.params.head_dim_k, 16);
+  EXPECT_EQ(c.params.head_dim_v, 32);
+  EXPECT_EQ(c.params.l2norm, gdn::L2Norm::kMaxNorm);
+  EXPECT_EQ(c.params.head_map, gdn::HeadMap::kTiled);
+  EXPECT_EQ(c.params.gate, gdn::Gate::kPrecomputed);
+  EXPECT_EQ(c.params.o_dtype, gdn::DType::kBF16);
+  EXPECT_FLOAT_EQ(c.params.scale, 0.25f);
+  EXPECT_FLOAT_EQ(c.params.l2norm_eps, 1e-5f);
+  EXPECT_TRUE(c.A_log.empty());
+}
+
+TEST_F(GoldenTest, LoadsPackedQkvAndIndices) {
+  SafetensorsFile f = valid_case();
+  f.tensors.erase("q");
+  f.tensors.erase("k");
+  f.tensors.erase("v");
+  const int64_t width = 2 * 1 * 16 + 2 * 32;
+  f.tensors["mixed_qkv"] = make_tensor("F32", {2, width}, ramp(2 * width));
+  f.tensors["state_indices"] = make_tensor("I64", {2}, std::vector<int64_t>{2, 5});
+  f.tensors["state_out_indices"] = make_tensor("I64", {2}, std::vector<int64_t>{-1, 0});
+  f.metadata["invalid_indices"] = "1";
+  const std::string p = path("packed.safetensors");
+  write_ok(p, f);
+  Case c;
+  std::string error;
+  ASSERT_TRUE(gdn::golden::load_case(p, &c, &error)) << error;
+  EXPECT_TRUE(c.packed_qkv);
+  EXPECT_EQ(c.params.num_k_heads, 1);
+  EXPECT_EQ(c.params.index_dtype, gdn::IndexType::kI64);
+  EXPECT_EQ(c.expected_invalid_indices, 1);
+  EXPECT_EQ(c.state_out_indices.size(), 16u);
+}
+
+TEST_F(GoldenTest, LoadMissingState) {
+  SafetensorsFile f = valid_case();
+  f.tensors.erase("state");
+  write_ok(path("nostate.safetensors"), f);
+  expect_load_error(path("nostate.safetensors"), "state", "missing");
+}
+
+TEST_F(GoldenTest, LoadMissingExpected) {
+  SafetensorsFile f = valid_case();
+  f.tensors.erase("expected_state");
+  write_ok(path("noexp.safetensors"), f);
+  expect_load_error(path("noexp.safetensors"), "expected_state", "missing");
+}
+
+TEST_F(GoldenTest, LoadWrongShapeOfA) {
+  SafetensorsFile f = valid_case();
+  f.tensors["a"] = make_tensor("F32", {2, 3}, ramp(6));
+  write_ok(path("shape_a.safetensors"), f);
+  expect_load_error(path("shape_a.safetensors"), "a", "shape [2, 3]");
+}
+
+TEST_F(GoldenTest, LoadLayoutMismatchIsCaught) {
+  // A kv file whose v is [B, Hv, Dk]: the last dim gives away the wrong layout.
+  SafetensorsFile f = valid_case();
+  f.tensors["v"] = make_tensor("F32", {2, 4, 16}, ramp(2 * 4 * 16));
+  write_ok(path("v.safetensors"), f);
+  expect_load_error(path("v.safetensors"), "v", "does not hold (B, Hv, Dv)");
+}
+
+TEST_F(GoldenTest, LoadUnknownLayout) {
+  SafetensorsFile f = valid_case();
+  f.metadata["layout"] = "kvk";
+  write_ok(path("layout.safetensors"), f);
+  expect_load_error(path("layout.safetensors"), "layout", "unknown value");
+  f.metadata.erase("layout");
+  write_ok(path("nolayout.safetensors"), f);
+  expect_load_error(path("nolayout.safetensors"), "layout", "missing");
+}
+
+TEST_F(GoldenTest, LoadUnknownMetadataValues) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"op", "gdn_prefill"}, {"format_version", "2"}, {"l2norm", "l3"},
+      {"head_map", "spiral"}, {"gate", "cooked"},     {"output_dtype", "F8"},
+      {"scale", "abc"},      {"l2norm_eps", "-1"},    {"num_slots", "4"},
+      {"invalid_indices", "x"}};
+  for (const auto& kv : bad) {
+    SafetensorsFile f = valid_case();
+    f.metadata[kv.first] = kv.second;
+    const std::string p = path(std::string("meta_") + kv.first + ".safetensors");
+    write_ok(p, f);
+    expect_load_error(p, kv.first, kv.second);
+  }
+}
+
+TEST_F(GoldenTest, LoadUnsupportedDtype) {
+  SafetensorsFile f = valid_case();
+  f.tensors["q"] = make_tensor("F64", {2, 1, 16}, std::vector<double>(32, 0.1));
+  write_ok(path("q64.safetensors"), f);
+  expect_load_error(path("q64.safetensors"), "q", "not supported");
+
+  f = valid_case();
+  f.tensors["k"] = make_tensor("F16", {2, 1, 16}, std::vector<uint16_t>(32, 0x3c00));
+  write_ok(path("kmix.safetensors"), f);
+  expect_load_error(path("kmix.safetensors"), "k", "differs");
+
+  f = valid_case();
+  f.tensors["state_indices"] = make_tensor("U8", {2}, std::vector<uint8_t>{0, 1});
+  write_ok(path("idx8.safetensors"), f);
+  expect_load_error(path("idx8.safetensors"), "state_indices", "not supported");
+}
+
+TEST_F(GoldenTest, LoadInvalidIndicesMustMatchTheIndices) {
+  SafetensorsFile f = valid_case();
+  f.tensors["state_indices"] = make_tensor("I32", {2}, std::vector<int32_t>{0, 3});  // 3 >= 3 slots
+  f.metadata["invalid_indices"] = "0";
+  write_ok(path("inv.safetensors"), f);
+  expect_load_error(path("inv.safetensors"), "invalid_indices", "indices hold 1");
+}
+
+TEST_F(GoldenTest, LoadReportsReaderErrors) {
+  put_raw(path("junk.safetensors"), "not json", 0);
+  Case c;
+  std::string error;
+  EXPECT_FALSE(gdn::golden::load_case(path("junk.safetensors"), &c, &error));
+  EXPECT_NE(error.find("junk.safetensors"), std::string::npos) << error;
+  EXPECT_NE(error.find("JSON"), std::string::npos) << error;
+}
+
+// ---- compare ----------------------------------------------------------------------
+
+TEST(GoldenCompare, RelativeErrorAndWorstElement) {
+  const std::vector<double> ref = {3, 4, 0};
+  const auto c = gdn::golden::compare({3, 4.5, 0}, ref, 0.2);
+  EXPECT_NEAR(c.rel_l2, 0.1, 1e-12);
+  EXPECT_TRUE(c.pass);
+  EXPECT_EQ(c.worst_index, 1);
+  EXPECT_DOUBLE_EQ(c.worst_got, 4.5);
+  EXPECT_DOUBLE_EQ(c.worst_expected, 4);
+  EXPECT_FALSE(gdn::golden::compare({3, 4.5, 0}, ref, 0.05).pass);
+  // NaN never passes; a size mismatch never passes.
+  EXPECT_FALSE(gdn::golden::compare({3, std::nan(""), 0}, ref, 1.0).pass);
+  EXPECT_FALSE(gdn::golden::compare({3, 4}, ref, 1.0).pass);
+}
+
+TEST(GoldenCompare, UnchangedElementsMustMatchBitwise) {
+  const std::vector<double> before = {1.0, 2.0, 3.0};
+  const std::vector<double> expected = {1.0, 2.5, 3.0};  // element 1 is updated
+  // One ulp off in an untouched element: tiny L2 error, still a failure.
+  const auto c = gdn::golden::compare({1.0, 2.5, std::nextafter(3.0, 4.0)}, expected, 1e-3, &before);
+  EXPECT_EQ(c.exact_mismatches, 1);
+  EXPECT_EQ(c.worst_index, 2);
+  EXPECT_FALSE(c.pass);
+  // -0.0 where +0.0 was is a write too.
+  const std::vector<double> z = {0.0};
+  EXPECT_FALSE(gdn::golden::compare({-0.0}, z, 1.0, &z).pass);
+  EXPECT_TRUE(gdn::golden::compare({1.0, 2.5 + 1e-9, 3.0}, expected, 1e-6, &before).pass);
+}
+
+// ---- run_case: an analytic case on the host backend ---------------------------------
+//
+// Precomputed gate g = 0, beta = 1, no l2norm, k = e_0: the step replaces row 0
+// of S (index i over Dk) by v and leaves the rest, so o = scale * S'^T q is
+// easy to form here without a second reference implementation.
+Case analytic_case(bool packed) {
+  const int64_t B = 3, Hk = 1, Hv = 2, Dk = 16, Dv = 32, S = 3;
+  Case c;
+  c.path = "analytic";
+  gdn::DecodeParams& p = c.params;
+  p.batch = B;
+  p.num_k_heads = int32_t(Hk);
+  p.num_v_heads = int32_t(Hv);
+  p.head_dim_k = int32_t(Dk);
+  p.head_dim_v = int32_t(Dv);
+  p.qkv_dtype = p.ab_dtype = p.o_dtype = p.state_dtype = gdn::DType::kF32;
+  p.layout = gdn::Layout::kKV;
+  p.gate = gdn::Gate::kPrecomputed;
+  p.l2norm = gdn::L2Norm::kNone;
+  p.scale = 0.5f;
+  p.num_slots = S;
+  p.index_dtype = gdn::IndexType::kI32;
+  gdn::set_dense_strides(p);
+  c.packed_qkv = packed;
+
+  auto bytes = [](const std::vector<float>& v) {
+    std::vector<uint8_t> r(v.size() * 4);
+    std::memcpy(r.data(), v.data(), r.size());
+    return r;
+  };
+  const std::vector<float> q = ramp(B * Hk * Dk, 0.05f, 0.2f);
+  std::vector<float> k(size_t(B * Hk * Dk), 0.0f);
+  for (int64_t b = 0; b < B; ++b) k[size_t(b * Dk)] = 1.0f;  // k = e_0
+  const std::vector<float> v = ramp(B * Hv * Dv, 0.125f, -0.5f);
+  const std::vector<float> state = ramp(S * Hv * Dk * Dv, 0.03125f, 0.25f);
+  if (packed) {
+    const int64_t w = 2 * Hk * Dk + Hv * Dv;
+    std::vector<float> m(size_t(B * w));
+    for (int64_t b = 0; b < B; ++b) {
+      std::copy(q.begin() + b * Dk, q.begin() + (b + 1) * Dk, m.begin() + b * w);
+      std::copy(k.begin() + b * Dk, k.begin() + (b + 1) * Dk, m.begin() + b * w + Dk);
+      std::copy(v.begin() + b * Hv * Dv, v.begin() + (b + 1) * Hv * Dv, m.begin() + b * w + 2 * Dk);
+    }
+    c.mixed_qkv = bytes(m);
+  } else {
+    c.q = bytes(q);
+    c.k = bytes(k);
+    c.v = bytes(v);
+  }
+  c.a = bytes(std::vector<float>(size_t(B * Hv), 0.0f));  // g = 0
+  c.b = bytes(std::vector<float>(size_t(B * Hv), 1.0f));  // beta = 1
+  c.state = bytes(state);
+  // row 0 -> slot 2, row 1 padding (-1), row 2 out of range (7): one invalid index
+  const std::vector<int32_t> idx = {2, -1, 7};
+  c.state_indices.resize(12);
+  std::memcpy(c.state_indices.data(), idx.data(), 12);
+  c.expected_invalid_indices = 1;
+
+  c.expected_state = to_double(state);
+  c.expected_o.assign(size_t(B * Hv * Dv), 0.0);
+  const int64_t slot = 2, b = 0;
+  for (int64_t h = 0; h < Hv; ++h) {
+    double* s = c.expected_state.data() + (slot * Hv + h) * Dk * Dv;  // (Dk, Dv)
+    for (int64_t j = 0; j < Dv; ++j) s[j] = v[size_t((b * Hv + h) * Dv + j)];
+    for (int64_t j = 0; j < Dv; ++j) {
+      double acc = 0;
+      for (int64_t i = 0; i < Dk; ++i) acc += s[i * Dv + j] * q[size_t(b * Dk + i)];
+      c.expected_o[size_t((b * Hv + h) * Dv + j)] = 0.5 * acc;
+    }
+  }
+  return c;
+}
+
+TEST(GoldenRun, AnalyticCasePassesOnHost) {
+  for (bool packed : {false, true}) {
+    const Case c = analytic_case(packed);
+    const auto r = gdn::golden::run_case(c, gdn::Backend::kHost);
+    EXPECT_TRUE(r.pass) << r.error << " o " << r.o.rel_l2 << " state " << r.state.rel_l2;
+    EXPECT_TRUE(r.error.empty()) << r.error;
+    EXPECT_EQ(r.invalid_reported, 1u);
+    EXPECT_LT(r.o.rel_l2, 1e-6);
+    EXPECT_EQ(r.state.exact_mismatches, 0);
+    EXPECT_EQ(r.o.tolerance, gdn::golden::output_tolerance(gdn::DType::kF32));
+    EXPECT_NE(r.notes.find("Dk=16"), std::string::npos) << r.notes;
+    EXPECT_NE(r.notes.find(packed ? "packed" : "gate=precomputed"), std::string::npos) << r.notes;
+  }
+}
+
+TEST(GoldenRun, WrongExpectationsFail) {
+  Case c = analytic_case(false);
+  c.expected_o[5] += 1.0;
+  auto r = gdn::golden::run_case(c, gdn::Backend::kHost);
+  EXPECT_FALSE(r.pass);
+  EXPECT_FALSE(r.o.pass);
+  EXPECT_EQ(r.o.worst_index, 5);
+
+  c = analytic_case(false);
+  c.expected_state[0] += 1.0;  // slot 0 is never written: now the backend "should" have
+  r = gdn::golden::run_case(c, gdn::Backend::kHost);
+  EXPECT_FALSE(r.state.pass);
+  EXPECT_EQ(r.state.worst_index, 0);
+
+  c = analytic_case(false);
+  c.expected_invalid_indices = 2;
+  r = gdn::golden::run_case(c, gdn::Backend::kHost);
+  EXPECT_FALSE(r.pass);
+  EXPECT_NE(r.error.find("invalid_index_count"), std::string::npos) << r.error;
+}
+
+TEST(GoldenRun, DecodeErrorsAreReportedNotThrown) {
+  Case c = analytic_case(false);
+  c.params.head_dim_k = 15;  // validation refuses it; sizes no longer match either
+  const auto r = gdn::golden::run_case(c, gdn::Backend::kHost);
+  EXPECT_FALSE(r.pass);
+  EXPECT_FALSE(r.error.empty());
+}
+
+TEST_F(GoldenTest, ListCasesIsRecursiveAndSorted) {
+  write_ok(path("b.safetensors"), valid_case());
+  fs::create_directories(dir_ / "sub");
+  write_ok((dir_ / "sub" / "a.safetensors").string(), valid_case());
+  put_bytes(path("notes.txt"), {1, 2, 3});
+  const auto cases = gdn::golden::list_cases(dir_.string());
+  ASSERT_EQ(cases.size(), 2u);
+  EXPECT_EQ(cases[0], path("b.safetensors"));
+  EXPECT_EQ(cases[1], (dir_ / "sub" / "a.safetensors").string());
+  EXPECT_TRUE(gdn::golden::list_cases(path("missing")).empty());
+}
+
+}  // namespace
