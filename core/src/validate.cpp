@@ -44,8 +44,11 @@ Extent extent_of(const char* name, const void* ptr, int64_t rows, int64_t heads,
 
 // (rows, heads, dim) tensor, dim contiguous: strides must keep every
 // (row, head) vector apart, and one of the two dimensions must nest the other.
+// Products are formed in 128 bits: strides up to INT64_MAX times 2^31 rows
+// must be refused, not overflow.
 Status check_strides(const char* name, int64_t rows, int64_t heads, int64_t dim,
                      int64_t row_stride, int64_t head_stride, const char* dim_name) {
+  using Wide = __int128;
   if (heads > 1 && head_stride < dim)
     GDN_REFUSE("%s: head stride %lld is smaller than %s=%lld", name, (long long)head_stride,
                dim_name, (long long)dim);
@@ -53,8 +56,8 @@ Status check_strides(const char* name, int64_t rows, int64_t heads, int64_t dim,
     GDN_REFUSE("%s: batch stride %lld is smaller than %s=%lld", name, (long long)row_stride,
                dim_name, (long long)dim);
   if (rows > 1 && heads > 1) {
-    const bool rows_outer = row_stride >= heads * head_stride;
-    const bool heads_outer = head_stride >= rows * row_stride;
+    const bool rows_outer = Wide(row_stride) >= Wide(heads) * head_stride;
+    const bool heads_outer = Wide(head_stride) >= Wide(rows) * row_stride;
     if (!rows_outer && !heads_outer)
       GDN_REFUSE(
           "%s: batch stride %lld and head stride %lld overlap rows (need batch stride >= "
@@ -62,8 +65,12 @@ Status check_strides(const char* name, int64_t rows, int64_t heads, int64_t dim,
           name, (long long)row_stride, (long long)head_stride, (long long)heads,
           (long long)head_stride, (long long)rows, (long long)row_stride);
   }
-  const int64_t last = (rows - 1) * row_stride + (heads - 1) * head_stride + dim;
-  if (row_stride > kMaxElements || head_stride > kMaxElements || last > kMaxElements)
+  // Unused strides (one row, one head) do not count.
+  const Wide last = Wide(rows - 1) * (rows > 1 ? row_stride : 0) +
+                    Wide(heads - 1) * (heads > 1 ? head_stride : 0) + dim;
+  if (last > Wide(INT64_MAX))
+    GDN_REFUSE("%s: strides reach element 2^63 or more, beyond the 2^60 limit", name);
+  if (last > Wide(kMaxElements))
     GDN_REFUSE("%s: strides reach element %lld, beyond the 2^60 limit", name, (long long)last);
   return Status::success();
 }

@@ -1,0 +1,130 @@
+// gdnkit tests — determinism and batch invariance, on every backend.
+//
+// A row's output and new state must be bitwise identical run to run, and
+// whether the row runs alone or inside a large batch, at any row position and
+// in any slot. On GPUs the batch size changes how V is split across blocks;
+// the reduction order over Dk must not change with it.
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "backend_suites.hpp"
+
+namespace gdn_test {
+namespace {
+
+struct Problem {
+  int64_t B, slots;
+  int hk{2}, hv{4}, d{128};
+  gdn::DType state;
+  gdn::Layout layout;
+  std::vector<uint8_t> qkv, a, b, pool;
+  std::vector<float> A_log, dt_bias;
+  std::vector<int32_t> idx;
+  int64_t conv_dim() const { return 2 * int64_t(hk) * d + int64_t(hv) * d; }
+  size_t slot_bytes() const { return size_t(hv) * d * d * gdn::dtype_size(state); }
+};
+
+Problem make_problem(int64_t B, gdn::DType state, gdn::Layout layout, uint64_t seed) {
+  Problem P{B, B + 8, 2, 4, 128, state, layout, {}, {}, {}, {}, {}, {}, {}};
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> n01(0.0, 1.0);
+  auto fill = [&](std::vector<uint8_t>& x, int64_t n, gdn::DType t, double sd) {
+    x.resize(size_t(n) * gdn::dtype_size(t));
+    for (int64_t i = 0; i < n; ++i) gdn::store_element(x.data(), t, i, sd * n01(rng));
+  };
+  fill(P.qkv, B * P.conv_dim(), gdn::DType::kBF16, 1.0);
+  fill(P.a, B * P.hv, gdn::DType::kBF16, 1.0);
+  fill(P.b, B * P.hv, gdn::DType::kBF16, 1.0);
+  fill(P.pool, P.slots * int64_t(P.slot_bytes() / gdn::dtype_size(state)), state, 0.5);
+  std::uniform_real_distribution<double> A(1.0, 16.0), dt(std::log(1e-3), std::log(0.1));
+  for (int h = 0; h < P.hv; ++h) {
+    P.A_log.push_back(float(std::log(A(rng))));
+    P.dt_bias.push_back(float(std::log(std::expm1(std::exp(dt(rng))))));
+  }
+  // rows scattered over the pool in a shuffled order
+  std::vector<int32_t> perm(size_t(P.slots));
+  for (int64_t s = 0; s < P.slots; ++s) perm[size_t(s)] = int32_t(s);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  P.idx.assign(perm.begin(), perm.begin() + B);
+  return P;
+}
+
+struct RowsResult {
+  std::vector<uint8_t> o, pool;
+};
+
+// Rows [row0, row0 + n) of P, reading and writing the given slots of `pool`.
+RowsResult run_rows(gdn::Backend backend, const Problem& P, int64_t row0, int64_t n,
+             const std::vector<int32_t>& idx, const std::vector<uint8_t>& pool) {
+  const int64_t conv = P.conv_dim();
+  DeviceBuffer qkv(backend, std::vector<uint8_t>(P.qkv.begin() + row0 * conv * 2,
+                                                 P.qkv.begin() + (row0 + n) * conv * 2));
+  DeviceBuffer a(backend, std::vector<uint8_t>(P.a.begin() + row0 * P.hv * 2, P.a.begin() + (row0 + n) * P.hv * 2));
+  DeviceBuffer b(backend, std::vector<uint8_t>(P.b.begin() + row0 * P.hv * 2, P.b.begin() + (row0 + n) * P.hv * 2));
+  DeviceBuffer A(backend, P.hv * 4), dt(backend, P.hv * 4), ix(backend, size_t(n) * 4);
+  A.upload(P.A_log.data(), P.hv * 4);
+  dt.upload(P.dt_bias.data(), P.hv * 4);
+  ix.upload(idx.data(), size_t(n) * 4);
+  DeviceBuffer state(backend, pool);
+  DeviceBuffer o(backend, size_t(n) * P.hv * P.d * 4);
+
+  gdn::DecodeParams p;
+  p.batch = n;
+  p.num_k_heads = P.hk;
+  p.num_v_heads = P.hv;
+  p.head_dim_k = p.head_dim_v = P.d;
+  p.qkv_dtype = p.ab_dtype = gdn::DType::kBF16;
+  p.o_dtype = gdn::DType::kF32;
+  p.state_dtype = P.state;
+  p.layout = P.layout;
+  p.num_slots = P.slots;
+  gdn::set_dense_strides(p);
+  gdn::set_packed_qkv(p, qkv.get(), conv);
+  p.a = a.get();
+  p.b = b.get();
+  p.A_log = A.as<float>();
+  p.dt_bias = dt.as<float>();
+  p.state = state.get();
+  p.o = o.get();
+  p.index_dtype = gdn::IndexType::kI32;
+  p.state_indices = ix.get();
+  const gdn::Status st = gdn::decode(p, backend);
+  EXPECT_TRUE(st.ok()) << st.message;
+  const gdn::Status sy = gdn::backend_ops(backend)->synchronize(nullptr);
+  EXPECT_TRUE(sy.ok()) << sy.message;
+  return RowsResult{o.download(), state.download()};
+}
+
+TEST_P(DecodeTest, DeterministicAndBatchInvariant) {
+  // A large batch on GPUs (the split of V changes between B = 1 and B = 512);
+  // smaller on the host, whose reference arithmetic is slow.
+  const int64_t B = backend() == gdn::Backend::kHost ? 24 : 512;
+  for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
+    for (gdn::Layout l : {gdn::Layout::kKV, gdn::Layout::kVK}) {
+      SCOPED_TRACE(std::string("state ") + gdn::to_string(t) + ", layout " + gdn::to_string(l));
+      const Problem P = make_problem(B, t, l, 77);
+      const RowsResult big = run_rows(backend(), P, 0, B, P.idx, P.pool);
+      const RowsResult again = run_rows(backend(), P, 0, B, P.idx, P.pool);
+      EXPECT_TRUE(big.o == again.o) << "output differs between two identical runs";
+      EXPECT_TRUE(big.pool == again.pool) << "state differs between two identical runs";
+
+      const size_t sb = P.slot_bytes();
+      const size_t ob = size_t(P.hv) * P.d * 4;
+      for (int64_t r : {int64_t(0), int64_t(1), B / 2, B - 1}) {
+        // The row alone, its state moved to the spare slot at the end of the pool.
+        const int32_t spare = int32_t(P.slots - 1 - (r % 4));
+        std::vector<uint8_t> pool = P.pool;
+        std::memcpy(pool.data() + spare * sb, P.pool.data() + size_t(P.idx[size_t(r)]) * sb, sb);
+        const RowsResult one = run_rows(backend(), P, r, 1, {spare}, pool);
+        EXPECT_EQ(0, std::memcmp(one.o.data(), big.o.data() + size_t(r) * ob, ob))
+            << "row " << r << ": output alone differs bitwise from inside the batch of " << B;
+        EXPECT_EQ(0, std::memcmp(one.pool.data() + spare * sb,
+                                 big.pool.data() + size_t(P.idx[size_t(r)]) * sb, sb))
+            << "row " << r << ": new state alone differs bitwise from inside the batch of " << B;
+      }
+    }
+}
+
+}  // namespace
+}  // namespace gdn_test
