@@ -72,27 +72,17 @@ Status cuda_can_implement(const DecodeParams& p) {
 }
 
 template <typename T, Layout kLayout, int kDk>
-Launch plan(const DecodeParams& p, int sms) {
-  Launch g;
-  g.items_per_head = (p.head_dim_v + cols_per_item<T, kLayout, kDk>() - 1) / cols_per_item<T, kLayout, kDk>();
-  // Largest power of two warps per block up to 8 that the head's items fill...
-  int w = 1;
-  while (w * 2 <= g.items_per_head && w * 2 <= 8) w *= 2;
-  // ...halved while the grid would leave SMs short of blocks: split V across
-  // more blocks as B * Hv shrinks (the per-warp work never changes).
-  const int64_t heads = p.batch * p.num_v_heads;
-  const int64_t want_blocks = int64_t(4) * sms;
-  while (w > 1 && heads * ((g.items_per_head + w - 1) / w) < want_blocks) w /= 2;
-  g.warps_per_block = w;
-  g.blocks_per_head = (g.items_per_head + w - 1) / w;
-  return g;
+cudaError_t run_dk(const DecodeParams& p, int sms, cudaStream_t stream) {
+  constexpr int kP = default_tile_param<T, kLayout>();
+  return launch_decode<T, kLayout, kDk, kP>(p, plan_launch<T, kLayout, kDk, kP>(p, sms), stream);
 }
 
+// Dk capacity: the smallest of 64, 128, 256 that holds Dk (rows past Dk are masked).
 template <typename T, Layout kLayout>
 cudaError_t run_layout(const DecodeParams& p, int sms, cudaStream_t stream) {
-  if (p.head_dim_k <= 64) return launch_decode<T, kLayout, 64>(p, plan<T, kLayout, 64>(p, sms), stream);
-  if (p.head_dim_k <= 128) return launch_decode<T, kLayout, 128>(p, plan<T, kLayout, 128>(p, sms), stream);
-  return launch_decode<T, kLayout, 256>(p, plan<T, kLayout, 256>(p, sms), stream);
+  if (p.head_dim_k <= 64) return run_dk<T, kLayout, 64>(p, sms, stream);
+  if (p.head_dim_k <= 128) return run_dk<T, kLayout, 128>(p, sms, stream);
+  return run_dk<T, kLayout, 256>(p, sms, stream);
 }
 
 template <typename T>

@@ -92,50 +92,65 @@ struct alignas(16) Vec {
   T x[kN];
 };
 
-// ---- tile geometry, fixed per (state dtype, layout, Dk capacity) -------------
+// ---- tile geometry, fixed per (state dtype, layout, Dk capacity, kP) -------
 // vk ([Dv, Dk], Dk contiguous): a column is one contiguous row of Dk elements.
 // kLanesPerCol lanes share a column, each holding kChunksPerLane 16-byte
 // chunks; a warp-step covers kWarp / kLanesPerCol columns, kUnroll steps make
-// an item (about 32 state values per thread: enough loads in flight).
-template <typename T, int kDk>
+// an item of about kP state values per lane.
+template <typename T, int kDk, int kP>
 struct VkTile {
   static constexpr int kVec = Vec<T>::kN;
   static constexpr int kChunks = kDk / kVec;
   static constexpr int kLanesPerCol = kChunks < kWarp ? kChunks : kWarp;
   static constexpr int kChunksPerLane = kChunks / kLanesPerCol;
   static constexpr int kColsPerStep = kWarp / kLanesPerCol;
-  static constexpr int kUnroll = 32 / (kChunksPerLane * kVec) > 0 ? 32 / (kChunksPerLane * kVec) : 1;
+  static constexpr int kUnroll = kP / (kChunksPerLane * kVec) > 0 ? kP / (kChunksPerLane * kVec) : 1;
   static constexpr int kColsPerItem = kColsPerStep * kUnroll;
 };
 
 // kv ([Dk, Dv], Dv contiguous): a lane holds kVec consecutive columns of
 // kRowsPerLane rows (rows r, r + kRowLanes, ...); kRowLanes lanes share a
 // column group and reduce over rows; a warp holds kGroups column groups.
-// At most 16 row lanes, so a warp reads at least 32 contiguous bytes of each
-// row: a whole DRAM sector, never half of one.
-template <typename T, int kDk>
+// kRowLanes <= kP (16 or 8) for Dk <= 128, so a warp reads at least 32
+// (64) contiguous bytes of each row: whole DRAM sectors, never half of one.
+template <typename T, int kDk, int kP>
 struct KvTile {
   static constexpr int kVec = Vec<T>::kN;
   static constexpr int kRowLanesWanted = kDk * kVec / 32;
-  static constexpr int kRowLanes = kRowLanesWanted < 16 ? kRowLanesWanted : 16;
+  // Dk = 256 would hold 128 values a lane at 16 row lanes: allow 32 there.
+  static constexpr int kRowLanesCap = kDk > 128 ? 32 : kP;
+  static constexpr int kRowLanes = kRowLanesWanted < kRowLanesCap ? kRowLanesWanted : kRowLanesCap;
   static constexpr int kRowsPerLane = kDk / kRowLanes;
   static constexpr int kGroups = kWarp / kRowLanes;
   static constexpr int kColsPerItem = kGroups * kVec;
 };
 
-template <typename T, Layout kLayout, int kDk>
+template <typename T, Layout kLayout, int kDk, int kP>
 constexpr int cols_per_item() {
-  return kLayout == Layout::kVK ? VkTile<T, kDk>::kColsPerItem : KvTile<T, kDk>::kColsPerItem;
+  return kLayout == Layout::kVK ? VkTile<T, kDk, kP>::kColsPerItem : KvTile<T, kDk, kP>::kColsPerItem;
+}
+
+// The tile parameter the library ships (bench/tune_cuda.cu measured it, see
+// bench/RESULTS.md): vk 16 values a lane; kv 8 row lanes for fp32 (64-byte
+// row segments beat 32-byte ones), 16 for 16-bit states (8 spills registers).
+template <typename T, Layout kLayout>
+constexpr int default_tile_param() {
+  return kLayout == Layout::kVK ? 16 : (sizeof(T) == 4 ? 8 : 16);
 }
 
 // Launch geometry chosen on the host (see the header comment).
 struct Launch {
   int items_per_head;   // ceil(Dv / cols_per_item)
   int warps_per_block;  // W
-  int blocks_per_head;  // items_per_head / W (rounded up)
+  int items_per_warp;   // consecutive items a warp streams through (prefetching the next)
+  int blocks_per_head;  // ceil(items_per_head / (W * items_per_warp))
 };
 
-template <typename T, Layout kLayout, int kDk>
+// The geometry the library picks for p on a GPU with `sms` multiprocessors.
+template <typename T, Layout kLayout, int kDk, int kP>
+Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp = 4);
+
+template <typename T, Layout kLayout, int kDk, int kP>
 cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t stream);
 
 }  // namespace cuda

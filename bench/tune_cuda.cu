@@ -1,0 +1,72 @@
+// Tuning sweep for the CUDA kernel's two knobs, by the same protocol as
+// bench_cuda: the tile parameter kP (vk: state values a lane holds per item;
+// kv: row lanes per column group) and how many items a warp streams through.
+// Prints one line per (shape, variant) with the ratio to the copy floor; the
+// choices the library ships and the measured reason are in bench/RESULTS.md.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "../backends/cuda/decode_kernel_impl.cuh"
+#include "bench_common.cuh"
+
+namespace {
+
+using gdn::Layout;
+using namespace gdn_bench;
+
+struct Variant {
+  const char* name;
+  Layout layout;
+  cudaError_t (*run)(const gdn::DecodeParams&, int sms, int max_ipw, cudaStream_t);
+};
+
+template <typename T, Layout L, int kP>
+cudaError_t run_variant(const gdn::DecodeParams& p, int sms, int max_ipw, cudaStream_t s) {
+  const gdn::cuda::Launch g = gdn::cuda::plan_launch<T, L, 128, kP>(p, sms, max_ipw);
+  return gdn::cuda::launch_decode<T, L, 128, kP>(p, g, s);
+}
+
+template <typename T>
+std::vector<Variant> variants() {
+  return {
+      {"vk P=8", Layout::kVK, run_variant<T, Layout::kVK, 8>},
+      {"vk P=16", Layout::kVK, run_variant<T, Layout::kVK, 16>},
+      {"vk P=32", Layout::kVK, run_variant<T, Layout::kVK, 32>},
+      {"kv P=8", Layout::kKV, run_variant<T, Layout::kKV, 8>},
+      {"kv P=16", Layout::kKV, run_variant<T, Layout::kKV, 16>},
+  };
+}
+
+}  // namespace
+
+int main() {
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
+    std::printf("tune_cuda: no CUDA device\n");
+    return 0;
+  }
+  std::printf("%-6s %-5s %4s %-8s %4s %9s %9s %7s\n", "state", "lay", "B", "variant", "ipw", "us", "copy", "ratio");
+  for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16}) {
+    const auto vs = t == gdn::DType::kF32 ? variants<float>() : variants<__nv_bfloat16>();
+    for (Layout l : {Layout::kVK, Layout::kKV})
+      for (int64_t B : {1, 8, 32, 128, 512}) {
+        Bed bed(Shape{B, 16, 32, 128, t, l, false});
+        const double copy = bed.copy_floor_us();
+        for (const Variant& v : vs) {
+          if (v.layout != l) continue;
+          for (int ipw : {1, 2, 4}) {
+            const int n = bed.calls();
+            cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
+              GDN_BENCH_CHECK(v.run(bed.params(cur), sms, ipw, bed.stream));
+            });
+            const double us = bed.time_graph(g, n);
+            cudaGraphExecDestroy(g);
+            std::printf("%-6s %-5s %4lld %-8s %4d %9.2f %9.2f %7.3f\n", gdn::to_string(t),
+                        gdn::to_string(l), (long long)B, v.name, ipw, us, copy, us / copy);
+          }
+        }
+      }
+  }
+  return 0;
+}
