@@ -53,41 +53,37 @@ void report(benchmark::State& st, Bed& bed, const std::string& what, double us, 
   g_rows.push_back({what + "  " + label(bed.s), us, copy_us, gbps});
 }
 
-void BM_Fused(benchmark::State& st, Shape shape) {
-  Bed bed(shape);
+// Time one way of doing the step (fused or unfused) against the copy floor of the same bed.
+template <typename Enqueue>
+void time_against_copy(benchmark::State& st, Bed& bed, const char* what, Enqueue&& enqueue) {
   const double copy_us = bed.copy_floor_us();
   const int n = bed.calls();
-  cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
+  cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) { enqueue(cur); });
+  double us = 0;
+  for (auto _ : st) {
+    us = bed.time_graph(g, n);
+    st.SetIterationTime(us * 1e-6);
+  }
+  cudaGraphExecDestroy(g);
+  report(st, bed, what, us, copy_us);
+}
+
+void BM_Fused(benchmark::State& st, Shape shape) {
+  Bed bed(shape);
+  time_against_copy(st, bed, "fused", [&](const Set& cur) {
     const gdn::Status s = gdn::decode(bed.params(cur), gdn::Backend::kCuda);
     if (!s.ok()) {
       std::fprintf(stderr, "decode: %s\n", s.message);
       std::exit(1);
     }
   });
-  double us = 0;
-  for (auto _ : st) {
-    us = bed.time_graph(g, n);
-    st.SetIterationTime(us * 1e-6);
-  }
-  cudaGraphExecDestroy(g);
-  report(st, bed, "fused", us, copy_us);
 }
 
 void BM_Unfused(benchmark::State& st, Shape shape) {
   Bed bed(shape);
-  const double copy_us = bed.copy_floor_us();
   gdn_bench::UnfusedScratch scratch(bed.params(bed.sets[0]));
-  const int n = bed.calls();
-  cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
-    gdn_bench::unfused_decode(bed.params(cur), scratch, bed.stream);
-  });
-  double us = 0;
-  for (auto _ : st) {
-    us = bed.time_graph(g, n);
-    st.SetIterationTime(us * 1e-6);
-  }
-  cudaGraphExecDestroy(g);
-  report(st, bed, "unfused", us, copy_us);
+  time_against_copy(st, bed, "unfused",
+                    [&](const Set& cur) { gdn_bench::unfused_decode(bed.params(cur), scratch, bed.stream); });
 }
 
 void register_all() {

@@ -18,6 +18,7 @@
 
 #include "gdnkit/backend.hpp"
 #include "gdnkit/golden.hpp"
+#include "printable.hpp"
 #include "gdnkit/half.hpp"
 
 namespace gdn {
@@ -77,19 +78,7 @@ bool float_dtype(const std::string& st, DType* out) {
 
 // A metadata value echoed in a message: quoted, with control characters and
 // non-ASCII bytes escaped so a corrupt file cannot garble the terminal.
-std::string quoted(const std::string& s) {
-  std::string r = "\"";
-  for (unsigned char c : s) {
-    if (c >= 0x20 && c < 0x7f) {
-      r.push_back(char(c));
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      r += buf;
-    }
-  }
-  return r + "\"";
-}
+std::string quoted(const std::string& s) { return "\"" + printable(s) + "\""; }
 
 std::string shape_string(const std::vector<int64_t>& shape) {
   std::ostringstream s;

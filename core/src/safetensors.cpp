@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "gdnkit/golden.hpp"
+#include "printable.hpp"
 
 namespace gdn {
 namespace golden {
@@ -83,21 +84,6 @@ bool as_count(const json& j, int64_t* out) {
   return false;
 }
 
-// The parser quotes the bytes it stopped at; a corrupt header may make those
-// control characters or broken UTF-8, which must not reach a terminal raw.
-std::string printable(const std::string& s) {
-  std::string r;
-  for (unsigned char c : s) {
-    if (c >= 0x20 && c < 0x7f) {
-      r.push_back(char(c));
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      r += buf;
-    }
-  }
-  return r;
-}
 
 std::string shape_string(const std::vector<int64_t>& shape) {
   std::ostringstream s;

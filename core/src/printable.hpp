@@ -1,0 +1,28 @@
+// Internal to the golden-file library: text from a file, safe to print.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+namespace gdn {
+namespace golden {
+
+// Bytes quoted from a file may be control characters or broken UTF-8 when the
+// file is corrupt: escape everything outside printable ASCII as \xNN so an
+// error message cannot garble the terminal.
+inline std::string printable(const std::string& s) {
+  std::string r;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      r.push_back(char(c));
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      r += buf;
+    }
+  }
+  return r;
+}
+
+}  // namespace golden
+}  // namespace gdn
