@@ -8,23 +8,28 @@
 // needs only S[:, j], q_hat, k_hat, v[j] and the two gates. So the unit of
 // work is a *warp item*: one warp owns a fixed group of columns of one (b, h)
 // and the whole Dk extent of those columns, and reduces over Dk inside the
-// warp with a fixed butterfly of shuffles. A block is W such warps on
-// consecutive column groups of the same (b, h); the grid is
-// B * Hv * (items_per_head / W) blocks.
+// warp with a fixed butterfly of shuffles. Each warp normalizes q and k itself
+// (the lanes of a column group hold all of Dk), so warps never wait on each
+// other: there is no shared memory and no barrier. A warp streams
+// items_per_warp consecutive items of its head, loading the next item's state
+// while it computes the current one; a block is W such warps on consecutive
+// items of the same (b, h); the grid is B * Hv * blocks_per_head blocks.
 //
 // How V is split by batch size
 // ----------------------------
-// W is the only thing the batch size changes. Large B*Hv: W covers the whole
-// head (up to 8 warps), so a block owns all Dv outputs of its head and q/k are
-// normalized once per head. Small B*Hv: W shrinks (down to one warp per
-// block) until the grid has enough blocks to put work on every SM: at B = 1
-// with Hv = 32 there are only 32 heads for 132 SMs, and a block per head would
-// leave three quarters of the memory system idle. Because a warp's item and
-// its reduction order never depend on W, results are bitwise identical
-// whatever split the batch size picks (batch-invariant and deterministic).
+// Large B*Hv: up to 4 items a warp and 8 warps a block, so a block owns all
+// Dv outputs of its head (measured: streaming 4 items with the next one in
+// flight took B = 512 from 1.91x to 1.06x the copy floor, bench/RESULTS.md).
+// Small B*Hv: items per warp drop to 1 and W shrinks to one warp per block
+// until the grid puts work on every SM: at B = 1 with Hv = 32 there are only
+// 32 heads for 132 SMs, and a block per head would leave three quarters of the
+// memory system idle. A warp's item and its reduction order never depend on
+// W or items per warp, so results are bitwise identical whatever split the
+// batch size picks (batch-invariant and deterministic; tested B = 1 vs 512).
 // The later gated-RMSNorm epilogue needs all Dv outputs of a head: at large B
-// a block already has them; at small B the blocks of one head are
-// consecutive in the grid and can form a thread-block cluster on sm_90.
+// a block already has them; at small B the blocks of one head are consecutive
+// in the grid and can form a thread-block cluster on sm_90 (distributed
+// shared memory for the head's sum of squares).
 //
 // Per warp item, in fp32 (S as stored, decay applied on the fly):
 //   u[j]     = exp(g) * sum_i S[i, j] k_hat[i]
@@ -33,6 +38,23 @@
 //   o[j]     = scale * sum_i S'[i, j] q_hat[i]
 // State loads are issued first, before q, k and the gates, so their latency
 // overlaps the small loads and the normalization.
+//
+// Instructions per warp
+// ---------------------
+// At small B each warp streams only a few KiB, so the kernel is bound by the
+// instructions and dependent latency of a warp, not by bandwidth. Hence:
+// - no integer division: the block's (row, head, k-head) come from
+//   multiply-high by divisors the launch prepares (FastDiv);
+// - 64-bit arithmetic once per (slot, head), 32-bit offsets inside a head;
+// - the runtime dtype of q/k/v/a/b/o is one uniform branch per group of
+//   loads (with_dtype), not one per element, and q/k rows and v columns move
+//   as vectors when their address is aligned (element-wise otherwise);
+// - the sums over a column's lanes run as one reduce-scatter butterfly for
+//   all the columns a lane holds (kC - 1 + log2(span / kC) shuffles instead
+//   of kC * log2(span)), with the same additions in the same order as the
+//   one-value butterfly, so the results are bitwise those of it; u is then
+//   gathered back to every lane, and each output column is written by the
+//   one lane that holds its sum.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -64,14 +86,51 @@ template <> struct Elem<__nv_bfloat16> {
 };
 
 // Loads and stores of the small tensors (q, k, v, a, b, o): their dtype is a
-// runtime value, uniform across the grid, so the branch never diverges.
-__device__ __forceinline__ float load_any(const void* base, DType t, int64_t i) {
+// runtime value, uniform across the grid, so a branch on it never diverges.
+// with_dtype runs f once with a value of the matching C++ type, so a whole
+// group of loads pays one branch instead of one per element (and no new
+// kernel instantiation: only the three bodies of f inside this kernel).
+template <typename F>
+__device__ __forceinline__ void with_dtype(DType t, F&& f) {
   switch (t) {
-    case DType::kF32: return static_cast<const float*>(base)[i];
-    case DType::kF16: return __half2float(static_cast<const __half*>(base)[i]);
-    default: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+    case DType::kF32: f(float{}); return;
+    case DType::kF16: f(__half{}); return;
+    default: f(__nv_bfloat16{}); return;
   }
 }
+
+// The unsigned word of kBytes (4, 8 or 16) bytes, for one vector load.
+template <int kBytes> struct Word;
+template <> struct Word<4> { using type = unsigned; };
+template <> struct Word<8> { using type = uint2; };
+template <> struct Word<16> { using type = uint4; };
+
+// x[e] = ptr[e] for e < N, N consecutive elements of type E. When the address
+// is aligned to the piece size (up to 16 bytes) the run moves in vector loads;
+// otherwise (a caller's odd stride or offset) element by element. The values
+// are the same either way.
+template <typename E, int N>
+__device__ __forceinline__ void load_run(const E* ptr, float* x) {
+  constexpr int kPerPiece = N * int(sizeof(E)) < 16 ? N : 16 / int(sizeof(E));
+  constexpr int kBytes = kPerPiece * int(sizeof(E));
+  if constexpr (kBytes == 4 || kBytes == 8 || kBytes == 16) {
+    using W = typename Word<kBytes>::type;
+    if (reinterpret_cast<uintptr_t>(ptr) % kBytes == 0) {
+#pragma unroll
+      for (int k = 0; k < N / kPerPiece; ++k) {
+        const W w = *reinterpret_cast<const W*>(ptr + k * kPerPiece);
+        const E* e = reinterpret_cast<const E*>(&w);
+#pragma unroll
+        for (int i = 0; i < kPerPiece; ++i) x[k * kPerPiece + i] = Elem<E>::to_float(e[i]);
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) x[i] = Elem<E>::to_float(ptr[i]);
+}
+
+// One element of a runtime dtype (the padding path's zeros).
 __device__ __forceinline__ void store_any(void* base, DType t, int64_t i, float x) {
   switch (t) {
     case DType::kF32: static_cast<float*>(base)[i] = x; return;
@@ -90,6 +149,24 @@ template <typename T>
 struct alignas(16) Vec {
   static constexpr int kN = 16 / int(sizeof(T));
   T x[kN];
+};
+
+// n / d for 0 <= n < 2^31 by a multiply-high and a shift (Granlund and
+// Montgomery; CUTLASS's FastDivmod): with l = ceil(log2 d), m = ceil(2^(31+l) / d),
+// n / d = umulhi(n, m) >> (l - 1) for d >= 2. The launch computes m and the
+// shift once on the host, so the block prologue that every state load waits
+// on (row, head, k-head of the block) has no integer division in it.
+struct FastDiv {
+  unsigned d{1}, m{0}, shift{0};
+  FastDiv() = default;
+  __host__ explicit FastDiv(unsigned divisor) : d(divisor) {
+    if (d < 2) return;  // d == 1: the quotient is n itself
+    unsigned l = 0;
+    while ((uint64_t(1) << l) < d) ++l;
+    m = unsigned(((uint64_t(1) << (31 + l)) + d - 1) / d);
+    shift = l - 1;
+  }
+  __device__ __forceinline__ unsigned div(unsigned n) const { return d == 1 ? n : __umulhi(n, m) >> shift; }
 };
 
 // ---- tile geometry, fixed per (state dtype, layout, Dk capacity, kP) -------

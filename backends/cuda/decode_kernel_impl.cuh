@@ -16,6 +16,47 @@ __device__ __forceinline__ float reduce_lanes(float x) {
   return x;
 }
 
+// The same butterfly for kC values at once, with fewer shuffles: at each of
+// the first log2(kC) steps a lane keeps half of its values and sends the other
+// half, so the values sum in kC - 1 + log2(kSpan / kC) shuffles instead of
+// kC * log2(kSpan). Each value still sums, at every step, its own partial plus
+// the partner's over the same lanes in the same order as reduce_lanes, so the
+// sums are bitwise those of reduce_lanes. Lane l ends up with the sum of value
+//   col(l) = (l / kStride) % kC,   kStride = kLow * kSpan / kC
+// (the bits of the first log2(kC) offsets, highest first, name the value).
+template <int kLow, int kSpan, int kC>
+__device__ __forceinline__ float reduce_scatter(const float (&v)[kC], int lane) {
+  static_assert(kC >= 1 && (kC & (kC - 1)) == 0 && kC <= kSpan, "kC: a power of two up to kSpan");
+  float x[kC];
+#pragma unroll
+  for (int c = 0; c < kC; ++c) x[c] = v[c];
+#pragma unroll
+  for (int n = kC, off = kLow * kSpan / 2; n > 1; n /= 2, off /= 2) {
+    // The lane with the offset bit set keeps the upper half x[k + n/2].
+    const bool upper = (lane & off) != 0;
+#pragma unroll
+    for (int k = 0; k < n / 2; ++k) {
+      const float keep = upper ? x[k + n / 2] : x[k];
+      const float send = upper ? x[k] : x[k + n / 2];
+      x[k] = keep + __shfl_xor_sync(0xffffffffu, send, off);
+    }
+  }
+#pragma unroll
+  for (int off = kLow * kSpan / (2 * kC); off >= kLow; off /= 2) x[0] += __shfl_xor_sync(0xffffffffu, x[0], off);
+  return x[0];
+}
+
+// After reduce_scatter: every lane of the span gets all kC sums, v[c] from
+// the lane of its span that holds value c (all lanes holding c have the same
+// bits, the sum being commutative at each step).
+template <int kLow, int kSpan, int kC>
+__device__ __forceinline__ void all_gather(float x, int lane, float (&v)[kC]) {
+  constexpr int kStride = kLow * kSpan / kC;
+  const int base = lane & ~((kC - 1) * kStride);
+#pragma unroll
+  for (int c = 0; c < kC; ++c) v[c] = __shfl_sync(0xffffffffu, x, base | (c * kStride));
+}
+
 // Per-block prologue shared by both layouts: slots, padding, counting.
 struct RowSlots {
   int64_t s_in, s_out;
@@ -50,7 +91,7 @@ __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1
 template <typename T, Layout kLayout, int kDk, int kP>
 __global__ void __launch_bounds__(256)
     decode_kernel(const __grid_constant__ DecodeParams p, int items_per_head, int items_per_warp,
-                  int blocks_per_head, float scale) {
+                  FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale) {
   constexpr int kColsPerItem = cols_per_item<T, kLayout, kDk, kP>();
   using VkT = VkTile<T, kDk, kP>;
   using KvT = KvTile<T, kDk, kP>;
@@ -66,11 +107,21 @@ __global__ void __launch_bounds__(256)
   constexpr int kReduceLow = kLayout == Layout::kVK ? 1 : KvT::kGroups;
   constexpr int kReduceSpan = kLayout == Layout::kVK ? VkT::kLanesPerCol : KvT::kRowLanes;
 
+  // Columns a lane holds form one run j0 + cols[0] + c (c < kColsHeld), so v
+  // moves as one vector: kv always (kVec consecutive columns), vk when a
+  // warp-step is one column. A run starts at a multiple of its length, which
+  // divides 16 and so Dv: the run is entirely inside Dv or entirely past it.
+  constexpr bool kColsRun = kLayout == Layout::kKV || VkT::kColsPerStep == 1;
+  static_assert(!kColsRun || 16 % kColsHeld == 0, "a column run must divide 16 (and so Dv)");
+
   const int Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
-  const int64_t row_head = blockIdx.x / blocks_per_head;
-  const int blk = int(blockIdx.x % blocks_per_head);
-  const int64_t b = row_head / Hv;
-  const int h = int(row_head % Hv);
+  // Block coordinates in 32-bit arithmetic by host-prepared divisors (the
+  // grid index is below 2^31): blockIdx = (b * Hv + h) * blocks_per_head + blk.
+  const unsigned row_head = by_blocks_per_head.div(blockIdx.x);
+  const int blk = int(blockIdx.x - row_head * by_blocks_per_head.d);
+  const unsigned b32 = by_hv.div(row_head);
+  const int h = int(row_head - b32 * unsigned(Hv));
+  const int64_t b = b32;
   const int warps = int(blockDim.x / kWarp);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t o_base = b * p.o_batch_stride + int64_t(h) * p.o_head_stride;
@@ -108,6 +159,8 @@ __global__ void __launch_bounds__(256)
     for (int e = 0; e < kVec; ++e) cols[e] = grp * kVec + e;
   }
 
+  // 64-bit arithmetic once per (slot, head); inside a head every offset is
+  // below Dk * Dv <= 65536 and stays 32-bit.
   const int64_t head_off = int64_t(h) * Dk * Dv;
   const T* s_in = static_cast<const T*>(p.state) + slots.s_in * p.state_slot_stride + head_off;
   T* s_out = static_cast<T*>(p.state) + slots.s_out * p.state_slot_stride + head_off;
@@ -116,9 +169,27 @@ __global__ void __launch_bounds__(256)
   // State vector (o, c) of the item starting at column j0: row i, column j, offset.
   auto vec_row = [&](int o, int c) { return kLayout == Layout::kVK ? rows[c * kVec] : rows[o]; };
   auto vec_col = [&](int o, int j0) { return j0 + (kLayout == Layout::kVK ? cols[o] : cols[0]); };
-  auto vec_off = [&](int i, int j) {
+  auto vec_off = [&](int i, int j) -> int {
     // vk: element (i, j) at j*Dk + i; kv: at i*Dv + j
-    return kLayout == Layout::kVK ? int64_t(j) * Dk + i : int64_t(i) * Dv + j;
+    return kLayout == Layout::kVK ? j * Dk + i : i * Dv + j;
+  };
+  // v[j0 + cols[c]] for the held columns (0 past Dv): one dtype branch for the group.
+  auto load_v = [&](int j0, float (&vj)[kColsHeld]) {
+    with_dtype(p.qkv_dtype, [&](auto tag) {
+      using E = decltype(tag);
+      const E* vp = static_cast<const E*>(p.v) + v_base + j0;
+      if constexpr (kColsRun) {
+        if (j0 + cols[0] < Dv) {
+          load_run<E, kColsHeld>(vp + cols[0], vj);
+        } else {
+#pragma unroll
+          for (int c = 0; c < kColsHeld; ++c) vj[c] = 0.0f;
+        }
+      } else {
+#pragma unroll
+        for (int c = 0; c < kColsHeld; ++c) vj[c] = j0 + cols[c] < Dv ? Elem<E>::to_float(vp[cols[c]]) : 0.0f;
+      }
+    });
   };
   // Loads of one item: its state vectors (each entirely in range or out) and its v values.
   auto load_item = [&](int it, V (&s)[kOuter][kInner], float (&vj)[kColsHeld]) {
@@ -134,9 +205,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
           for (int e = 0; e < kVec; ++e) s[o][c].x[e] = Elem<T>::from_float(0.0f);
       }
-#pragma unroll
-    for (int c = 0; c < kColsHeld; ++c)
-      vj[c] = j0 + cols[c] < Dv ? load_any(p.v, p.qkv_dtype, v_base + j0 + cols[c]) : 0.0f;
+    load_v(j0, vj);
   };
 
   // ---- 1. every load up front: the first item's state, then q, k, v and the
@@ -145,18 +214,46 @@ __global__ void __launch_bounds__(256)
   float vj[kColsHeld];
   load_item(item, s, vj);
 
-  const int G = Hv / p.num_k_heads;
-  const int hk = p.head_map == HeadMap::kInterleaved ? h / G : h % p.num_k_heads;
+  // interleaved: hk = h / G (by_head_map divides by G); tiled: hk = h % Hk
+  // (by_head_map divides by Hk).
+  const unsigned hq = by_head_map.div(unsigned(h));
+  const int hk = p.head_map == HeadMap::kInterleaved ? int(hq) : h - int(hq) * p.num_k_heads;
   const int64_t q_base = b * p.q_batch_stride + int64_t(hk) * p.q_head_stride;
   const int64_t k_base = b * p.k_batch_stride + int64_t(hk) * p.k_head_stride;
   float qh[kRowsHeld], kh[kRowsHeld];
+  // q and k rows, 0 past Dk: one dtype branch for all of them. vk holds kVec
+  // consecutive rows per chunk (a chunk starts at a multiple of kVec, which
+  // divides 16 and so Dk: all in range or none): one vector load each.
+  with_dtype(p.qkv_dtype, [&](auto tag) {
+    using E = decltype(tag);
+    const E* qp = static_cast<const E*>(p.q) + q_base;
+    const E* kp = static_cast<const E*>(p.k) + k_base;
+    if constexpr (kLayout == Layout::kVK) {
 #pragma unroll
-  for (int r = 0; r < kRowsHeld; ++r) {
-    qh[r] = rows[r] < Dk ? load_any(p.q, p.qkv_dtype, q_base + rows[r]) : 0.0f;
-    kh[r] = rows[r] < Dk ? load_any(p.k, p.qkv_dtype, k_base + rows[r]) : 0.0f;
-  }
-  const float a = load_any(p.a, p.ab_dtype, b * p.a_batch_stride + h);
-  const float braw = load_any(p.b, p.ab_dtype, b * p.b_batch_stride + h);
+      for (int c = 0; c < kInner; ++c) {
+        const int i = rows[c * kVec];
+        if (i < Dk) {
+          load_run<E, kVec>(qp + i, qh + c * kVec);
+          load_run<E, kVec>(kp + i, kh + c * kVec);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) qh[c * kVec + e] = kh[c * kVec + e] = 0.0f;
+        }
+      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < kRowsHeld; ++r) {
+        qh[r] = rows[r] < Dk ? Elem<E>::to_float(qp[rows[r]]) : 0.0f;
+        kh[r] = rows[r] < Dk ? Elem<E>::to_float(kp[rows[r]]) : 0.0f;
+      }
+    }
+  });
+  float a = 0.0f, braw = 0.0f;
+  with_dtype(p.ab_dtype, [&](auto tag) {
+    using E = decltype(tag);
+    a = Elem<E>::to_float(static_cast<const E*>(p.a)[b * p.a_batch_stride + h]);
+    braw = Elem<E>::to_float(static_cast<const E*>(p.b)[b * p.b_batch_stride + h]);
+  });
   float g, beta;
   if (p.gate == Gate::kRaw) {
     // g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b)
@@ -175,8 +272,13 @@ __global__ void __launch_bounds__(256)
     qq += qh[r] * qh[r];
     kk += kh[r] * kh[r];
   }
-  qq = reduce_lanes<kReduceLow, kReduceSpan>(qq);
-  kk = reduce_lanes<kReduceLow, kReduceSpan>(kk);
+  {
+    // Both sums of squares through one two-value butterfly.
+    float ss[2] = {qq, kk};
+    all_gather<kReduceLow, kReduceSpan, 2>(reduce_scatter<kReduceLow, kReduceSpan, 2>(ss, lane), lane, ss);
+    qq = ss[0];
+    kk = ss[1];
+  }
   const float inv_q = inv_norm(qq, p.l2norm, p.l2norm_eps);
   const float inv_k = inv_norm(kk, p.l2norm, p.l2norm_eps);
 #pragma unroll
@@ -184,8 +286,15 @@ __global__ void __launch_bounds__(256)
     qh[r] *= inv_q;
     kh[r] *= inv_k;
   }
-  // One lane of each column group writes the group's outputs.
-  const bool writer = kLayout == Layout::kVK ? lane % VkT::kLanesPerCol == 0 : lane / KvT::kGroups == 0;
+  // After the output reduce_scatter, held column out_c sits in the lanes of
+  // the span whose value bits name it; the one of them whose lower span bits
+  // are zero writes it: every column of the item has exactly one writer.
+  constexpr int kOutStride = kReduceLow * kReduceSpan / kColsHeld;
+  const int out_c = (lane / kOutStride) % kColsHeld;
+  const bool writer = (lane / kReduceLow) % (kReduceSpan / kColsHeld) == 0;
+  // cols[out_c] without a run-time array index (which would go to local memory).
+  const int out_col = kLayout == Layout::kVK ? out_c * VkT::kColsPerStep + lane / VkT::kLanesPerCol
+                                             : (lane % KvT::kGroups) * kVec + out_c;
 
   // ---- 3. the warp's items, the next one's loads in flight while this one computes
   for (;;) {
@@ -201,14 +310,19 @@ __global__ void __launch_bounds__(256)
                                     : Elem<T>::to_float(s[r][0].x[c]);
     };
     // u = exp(g) S^T k_hat;  delta = beta (v - u)
-    float delta[kColsHeld], out[kColsHeld];
+    float delta[kColsHeld], out[kColsHeld], acc[kColsHeld];
 #pragma unroll
     for (int c = 0; c < kColsHeld; ++c) {
-      float acc = 0.0f;
+      acc[c] = 0.0f;
 #pragma unroll
-      for (int r = 0; r < kRowsHeld; ++r) acc += elem(r, c) * kh[r];
-      acc = reduce_lanes<kReduceLow, kReduceSpan>(acc);
-      delta[c] = beta * (vj[c] - decay * acc);
+      for (int r = 0; r < kRowsHeld; ++r) acc[c] += elem(r, c) * kh[r];
+    }
+    // Sum over the span, then hand every lane all the columns' sums.
+    all_gather<kReduceLow, kReduceSpan, kColsHeld>(reduce_scatter<kReduceLow, kReduceSpan, kColsHeld>(acc, lane),
+                                                   lane, acc);
+#pragma unroll
+    for (int c = 0; c < kColsHeld; ++c) {
+      delta[c] = beta * (vj[c] - decay * acc[c]);
       out[c] = 0.0f;
     }
     // S' = exp(g) S + k_hat delta;  o = scale S'^T q_hat
@@ -228,12 +342,13 @@ __global__ void __launch_bounds__(256)
         const int i = vec_row(o, ci), j = vec_col(o, j0);
         if (slots.write && i < Dk && j < Dv) *reinterpret_cast<V*>(s_out + vec_off(i, j)) = n;
       }
-#pragma unroll
-    for (int c = 0; c < kColsHeld; ++c) out[c] = reduce_lanes<kReduceLow, kReduceSpan>(out[c]);
-    if (writer)
-#pragma unroll
-      for (int c = 0; c < kColsHeld; ++c)
-        if (j0 + cols[c] < Dv) store_any(p.o, p.o_dtype, o_base + j0 + cols[c], scale * out[c]);
+    // o[j0 + cols[out_c]] = scale * (sum over the span of out[out_c]), written by its one writer lane.
+    const float o_val = scale * reduce_scatter<kReduceLow, kReduceSpan, kColsHeld>(out, lane);
+    if (writer && j0 + out_col < Dv)
+      with_dtype(p.o_dtype, [&](auto tag) {
+        using E = decltype(tag);
+        static_cast<E*>(p.o)[o_base + j0 + out_col] = Elem<E>::from_float(o_val);
+      });
 
     if (!has_next) break;
     ++item;
@@ -277,8 +392,11 @@ template <typename T, Layout kLayout, int kDk, int kP>
 cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t stream) {
   const float scale = effective_scale(p);
   const int64_t blocks = p.batch * p.num_v_heads * g.blocks_per_head;
+  const FastDiv by_head_map(unsigned(p.head_map == HeadMap::kInterleaved ? p.num_v_heads / p.num_k_heads
+                                                                         : p.num_k_heads));
   decode_kernel<T, kLayout, kDk, kP><<<dim3(unsigned(blocks)), dim3(g.warps_per_block * kWarp), 0, stream>>>(
-      p, g.items_per_head, g.items_per_warp, g.blocks_per_head, scale);
+      p, g.items_per_head, g.items_per_warp, FastDiv(unsigned(g.blocks_per_head)),
+      FastDiv(unsigned(p.num_v_heads)), by_head_map, scale);
   return cudaGetLastError();
 }
 
