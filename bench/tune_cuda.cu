@@ -40,6 +40,9 @@ std::vector<Variant> variants() {
 
 }  // namespace
 
+// Items a warp may stream (upper bound handed to the planner).
+const int kItemsPerWarp[] = {1, 2, 4, 8, 16};
+
 int main() {
   int sms = 0;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
@@ -55,7 +58,7 @@ int main() {
         const double copy = bed.copy_floor_us();
         for (const Variant& v : vs) {
           if (v.layout != l) continue;
-          for (int ipw : {1, 2, 4}) {
+          for (int ipw : kItemsPerWarp) {
             const int n = bed.calls();
             cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
               GDN_BENCH_CHECK(v.run(bed.params(cur), sms, ipw, bed.stream));

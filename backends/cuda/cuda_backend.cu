@@ -74,7 +74,8 @@ Status cuda_can_implement(const DecodeParams& p) {
 template <typename T, Layout kLayout, int kDk>
 cudaError_t run_dk(const DecodeParams& p, int sms, cudaStream_t stream) {
   constexpr int kP = default_tile_param<T, kLayout>();
-  return launch_decode<T, kLayout, kDk, kP>(p, plan_launch<T, kLayout, kDk, kP>(p, sms), stream);
+  const Launch g = plan_launch<T, kLayout, kDk, kP>(p, sms, default_items_per_warp<T, kLayout>());
+  return launch_decode<T, kLayout, kDk, kP>(p, g, stream);
 }
 
 // Dk capacity: the smallest of 64, 128, 256 that holds Dk (rows past Dk are masked).

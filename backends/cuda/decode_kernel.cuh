@@ -207,12 +207,20 @@ constexpr int cols_per_item() {
   return kLayout == Layout::kVK ? VkTile<T, kDk, kP>::kColsPerItem : KvTile<T, kDk, kP>::kColsPerItem;
 }
 
-// The tile parameter the library ships (bench/tune_cuda.cu measured it, see
-// bench/RESULTS.md): vk 16 values a lane; kv 8 row lanes for fp32 (64-byte
-// row segments beat 32-byte ones), 16 for 16-bit states (8 spills registers).
+// The tile parameter and the items a warp may stream that the library ships,
+// from bench/tune_cuda on the H200 (bench/RESULTS.md has the sweep):
+// - vk: 16 values a lane for fp32 and up to 4 items a warp; 32 values and up
+//   to 8 items for 16-bit states, whose 16-byte vectors hold twice the
+//   elements (bf16 B = 512: 1.28x -> 1.14x the copy floor, B = 8: 2.48x -> 2.01x);
+// - kv: 8 row lanes (64-byte row segments beat 32-byte ones at B >= 128:
+//   fp32 1.28x vs 1.55x at B = 512; bf16 2.40x vs 3.36x at B = 32).
 template <typename T, Layout kLayout>
 constexpr int default_tile_param() {
-  return kLayout == Layout::kVK ? 16 : (sizeof(T) == 4 ? 8 : 16);
+  return kLayout == Layout::kVK ? (sizeof(T) == 4 ? 16 : 32) : 8;
+}
+template <typename T, Layout kLayout>
+constexpr int default_items_per_warp() {
+  return kLayout == Layout::kVK && sizeof(T) == 2 ? 8 : 4;
 }
 
 // Launch geometry chosen on the host (see the header comment).
