@@ -80,14 +80,6 @@ bool float_dtype(const std::string& st, DType* out) {
 // non-ASCII bytes escaped so a corrupt file cannot garble the terminal.
 std::string quoted(const std::string& s) { return "\"" + printable(s) + "\""; }
 
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::ostringstream s;
-  s << '[';
-  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
-  s << ']';
-  return s.str();
-}
-
 int64_t read_index(const uint8_t* base, IndexType t, int64_t i) {
   if (t == IndexType::kI64) {
     int64_t v;

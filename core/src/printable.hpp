@@ -1,8 +1,11 @@
-// Internal to the golden-file library: text from a file, safe to print.
+// Internal to the golden-file library: text for messages about a file.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace gdn {
 namespace golden {
@@ -22,6 +25,15 @@ inline std::string printable(const std::string& s) {
     }
   }
   return r;
+}
+
+// "[2, 4, 64]"
+inline std::string shape_string(const std::vector<int64_t>& shape) {
+  std::ostringstream s;
+  s << '[';
+  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << ']';
+  return s.str();
 }
 
 }  // namespace golden

@@ -85,14 +85,6 @@ bool as_count(const json& j, int64_t* out) {
 }
 
 
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::ostringstream s;
-  s << '[';
-  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
-  s << ']';
-  return s.str();
-}
-
 bool read_impl(const std::string& path, SafetensorsFile* out, std::string* error) {
   // Messages name the file as the caller gave it: that is what they typed.
   const std::string& name = path;
