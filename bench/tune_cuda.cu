@@ -1,6 +1,7 @@
 // Tuning sweep for the CUDA kernel's two knobs, by the same protocol as
 // bench_cuda: the tile parameter kP (vk: state values a lane holds per item;
-// kv: row lanes per column group) and how many items a warp streams through.
+// kv: warps a block = 16-byte chunks of each row in a shared-memory tile) and
+// how many items a warp streams through (kv: tiles a block streams through).
 // Prints one line per (shape, variant) with the ratio to the copy floor; the
 // choices the library ships and the measured reason are in bench/RESULTS.md.
 #include <cstdio>
@@ -33,8 +34,9 @@ std::vector<Variant> variants() {
       {"vk P=8", Layout::kVK, run_variant<T, Layout::kVK, 8>},
       {"vk P=16", Layout::kVK, run_variant<T, Layout::kVK, 16>},
       {"vk P=32", Layout::kVK, run_variant<T, Layout::kVK, 32>},
-      {"kv P=8", Layout::kKV, run_variant<T, Layout::kKV, 8>},
-      {"kv P=16", Layout::kKV, run_variant<T, Layout::kKV, 16>},
+      {"kv W=2", Layout::kKV, run_variant<T, Layout::kKV, 2>},
+      {"kv W=4", Layout::kKV, run_variant<T, Layout::kKV, 4>},
+      {"kv W=8", Layout::kKV, run_variant<T, Layout::kKV, 8>},
   };
 }
 

@@ -14,9 +14,29 @@
 // items_per_warp consecutive items of its head, loading the next item's state
 // while it computes the current one; a block is W such warps on consecutive
 // items of the same (b, h); the grid is B * Hv * blocks_per_head blocks.
+// That is the vk layout (decode_kernel), where a column is a contiguous run.
 //
-// How V is split by batch size
-// ----------------------------
+// kv ([Dk, Dv], Dv contiguous; decode_kv_kernel): a column is strided, so a
+// warp owning a few columns would read 16-64 bytes of each row per
+// instruction. Instead a block of kW = 8 warps owns a *tile*: all Dk rows of
+// kW * kVec consecutive columns of one (b, h) (kW 16-byte chunks of each
+// row: 128-byte row segments, 32 fp32 or 64 16-bit columns, 18 KiB of
+// shared memory at Dk = 128 with the padded pitch). The block loads the tile
+// with 16-byte vectors, each warp instruction covering whole 128-byte row
+// segments, into shared memory; warp w then computes the kVec columns of
+// chunk w exactly like a vk warp (lanes over Dk, rows lane + 32 n, 32-lane
+// butterflies), writes S' back to its chunk, and the block stores the rows
+// back the same coalesced way. Two barriers a tile; a block streams up to 4
+// consecutive tiles of its head (items_per_warp counts tiles for kv), the
+// next tile's loads issued before the current tile is computed. The block
+// count is B * Hv * ceil(tiles / tiles per block); at B = 1 (Hv = 32, fp32)
+// that is 128 blocks of 8 warps, the same 1024 warps as vk's 1024 blocks of
+// one. A column's arithmetic depends only on its 16-byte chunk, never on the
+// tiles a block streams or B (nor on kW, the tuning knob), so kv is batch-
+// invariant and deterministic like vk.
+//
+// How V is split by batch size (vk; kv splits it by tiles, as above)
+// -----------------------------------------------------------------
 // Large B*Hv: up to 4 items a warp and 8 warps a block, so a block owns all
 // Dv outputs of its head (measured: streaming 4 items with the next one in
 // flight took B = 512 from 1.91x to 1.06x the copy floor, bench/RESULTS.md).
@@ -31,7 +51,7 @@
 // in the grid and can form a thread-block cluster on sm_90 (distributed
 // shared memory for the head's sum of squares).
 //
-// Per warp item, in fp32 (S as stored, decay applied on the fly):
+// Per warp item (kv: per warp and tile), in fp32 (S as stored, decay applied on the fly):
 //   u[j]     = exp(g) * sum_i S[i, j] k_hat[i]
 //   delta[j] = beta * (v[j] - u[j])
 //   S'[i, j] = exp(g) * S[i, j] + k_hat[i] * delta[j]
@@ -185,26 +205,33 @@ struct VkTile {
   static constexpr int kColsPerItem = kColsPerStep * kUnroll;
 };
 
-// kv ([Dk, Dv], Dv contiguous): a lane holds kVec consecutive columns of
-// kRowsPerLane rows (rows r, r + kRowLanes, ...); kRowLanes lanes share a
-// column group and reduce over rows; a warp holds kGroups column groups.
-// kRowLanes <= kP (16 or 8) for Dk <= 128, so a warp reads at least 32
-// (64) contiguous bytes of each row: whole DRAM sectors, never half of one.
-template <typename T, int kDk, int kP>
-struct KvTile {
+// kv ([Dk, Dv], Dv contiguous), the shared-memory tile of decode_kv_kernel:
+// a block of kW warps owns a tile of kW 16-byte chunks of every row, i.e.
+// kCols = kW * kVec consecutive columns (kW = 8: 128-byte row segments, 32
+// fp32 or 64 16-bit columns). Copy in and out: thread t moves chunk t % kW
+// of rows t / kW + 32 n (n < kRows), so a warp instruction moves 32 / kW
+// rows of kW * 16 contiguous bytes each (kW = 8: four 128-byte segments).
+// Compute: warp w owns chunk w (kVec columns); lane l holds rows l + 32 n.
+// Shared rows are kW + 1 chunks apart (an odd count of 16-byte chunks), so
+// the 8 lanes of each quarter-warp phase reading a chunk of 8 consecutive
+// rows hit 8 different 16-byte bank groups.
+template <typename T, int kDk, int kW>
+struct KvSmemTile {
+  static_assert(kW == 2 || kW == 4 || kW == 8, "kv: 2, 4 or 8 warps a block");
+  static_assert(kDk % kWarp == 0, "kv: Dk capacity a multiple of 32");
   static constexpr int kVec = Vec<T>::kN;
-  static constexpr int kRowLanesWanted = kDk * kVec / 32;
-  // Dk = 256 would hold 128 values a lane at 16 row lanes: allow 32 there.
-  static constexpr int kRowLanesCap = kDk > 128 ? 32 : kP;
-  static constexpr int kRowLanes = kRowLanesWanted < kRowLanesCap ? kRowLanesWanted : kRowLanesCap;
-  static constexpr int kRowsPerLane = kDk / kRowLanes;
-  static constexpr int kGroups = kWarp / kRowLanes;
-  static constexpr int kColsPerItem = kGroups * kVec;
+  static constexpr int kCols = kW * kVec;   // columns of a tile
+  static constexpr int kRows = kDk / kWarp;  // rows a lane holds (copy and compute)
+  static constexpr int kPitch = kW + 1;      // shared row pitch in 16-byte chunks
+  static constexpr int kThreads = kW * kWarp;
 };
 
 template <typename T, Layout kLayout, int kDk, int kP>
 constexpr int cols_per_item() {
-  return kLayout == Layout::kVK ? VkTile<T, kDk, kP>::kColsPerItem : KvTile<T, kDk, kP>::kColsPerItem;
+  if constexpr (kLayout == Layout::kVK)
+    return VkTile<T, kDk, kP>::kColsPerItem;
+  else
+    return KvSmemTile<T, kDk, kP>::kCols;
 }
 
 // The tile parameter and the items a warp may stream that the library ships,
@@ -212,8 +239,10 @@ constexpr int cols_per_item() {
 // - vk: 16 values a lane for fp32 and up to 4 items a warp; 32 values and up
 //   to 8 items for 16-bit states, whose 16-byte vectors hold twice the
 //   elements (bf16 B = 512: 1.28x -> 1.14x the copy floor, B = 8: 2.48x -> 2.01x);
-// - kv: 8 row lanes (64-byte row segments beat 32-byte ones at B >= 128:
-//   fp32 1.28x vs 1.55x at B = 512; bf16 2.40x vs 3.36x at B = 32).
+// - kv: the tile parameter is kW, the warps of a block = 16-byte chunks of a
+//   row in a tile: 8 (128-byte row segments; not yet swept against 2 and 4),
+//   and up to 4 tiles a block
+//   (items_per_warp counts the tiles a block streams through for kv).
 template <typename T, Layout kLayout>
 constexpr int default_tile_param() {
   return kLayout == Layout::kVK ? (sizeof(T) == 4 ? 16 : 32) : 8;
@@ -224,6 +253,8 @@ constexpr int default_items_per_warp() {
 }
 
 // Launch geometry chosen on the host (see the header comment).
+// kv: an item is a block's tile, warps_per_block is kW, items_per_warp the
+// tiles a block streams through, blocks_per_head ceil(items_per_head / that).
 struct Launch {
   int items_per_head;   // ceil(Dv / cols_per_item)
   int warps_per_block;  // W

@@ -92,26 +92,25 @@ template <typename T, Layout kLayout, int kDk, int kP>
 __global__ void __launch_bounds__(256)
     decode_kernel(const __grid_constant__ DecodeParams p, int items_per_head, int items_per_warp,
                   FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale) {
+  // The vk kernel (kv runs decode_kv_kernel below).
+  static_assert(kLayout == Layout::kVK, "kv runs decode_kv_kernel");
   constexpr int kColsPerItem = cols_per_item<T, kLayout, kDk, kP>();
   using VkT = VkTile<T, kDk, kP>;
-  using KvT = KvTile<T, kDk, kP>;
   using V = Vec<T>;
   constexpr int kVec = V::kN;
-  // What a lane holds. vk: kOuter columns x kInner chunks of kVec rows.
-  // kv: kOuter rows x one chunk of kVec columns.
-  constexpr int kOuter = kLayout == Layout::kVK ? VkT::kUnroll : KvT::kRowsPerLane;
-  constexpr int kInner = kLayout == Layout::kVK ? VkT::kChunksPerLane : 1;
+  // What a lane holds: kOuter columns x kInner chunks of kVec rows.
+  constexpr int kOuter = VkT::kUnroll;
+  constexpr int kInner = VkT::kChunksPerLane;
   // Rows (Dk indices) a lane holds, and the lanes that together hold all of Dk.
-  constexpr int kRowsHeld = kLayout == Layout::kVK ? kInner * kVec : kOuter;
-  constexpr int kColsHeld = kLayout == Layout::kVK ? kOuter : kVec;
-  constexpr int kReduceLow = kLayout == Layout::kVK ? 1 : KvT::kGroups;
-  constexpr int kReduceSpan = kLayout == Layout::kVK ? VkT::kLanesPerCol : KvT::kRowLanes;
+  constexpr int kRowsHeld = kInner * kVec;
+  constexpr int kColsHeld = kOuter;
+  constexpr int kReduceLow = 1;
+  constexpr int kReduceSpan = VkT::kLanesPerCol;
 
   // Columns a lane holds form one run j0 + cols[0] + c (c < kColsHeld), so v
-  // moves as one vector: kv always (kVec consecutive columns), vk when a
-  // warp-step is one column. A run starts at a multiple of its length, which
+  // moves as one vector, when a warp-step is one column. A run starts at a multiple of its length, which
   // divides 16 and so Dv: the run is entirely inside Dv or entirely past it.
-  constexpr bool kColsRun = kLayout == Layout::kKV || VkT::kColsPerStep == 1;
+  constexpr bool kColsRun = VkT::kColsPerStep == 1;
   static_assert(!kColsRun || 16 % kColsHeld == 0, "a column run must divide 16 (and so Dv)");
 
   const int Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
@@ -143,7 +142,7 @@ __global__ void __launch_bounds__(256)
   // rows[r]: the Dk index of held row r; cols[c]: the Dv index of held column
   // c, as an offset from the item's first column.
   int rows[kRowsHeld], cols[kColsHeld];
-  if constexpr (kLayout == Layout::kVK) {
+  {
     const int col_lane = lane % VkT::kLanesPerCol, step_col = lane / VkT::kLanesPerCol;
 #pragma unroll
     for (int c = 0; c < kInner; ++c)
@@ -151,12 +150,6 @@ __global__ void __launch_bounds__(256)
       for (int e = 0; e < kVec; ++e) rows[c * kVec + e] = (c * VkT::kLanesPerCol + col_lane) * kVec + e;
 #pragma unroll
     for (int u = 0; u < kOuter; ++u) cols[u] = u * VkT::kColsPerStep + step_col;
-  } else {
-    const int r = lane / KvT::kGroups, grp = lane % KvT::kGroups;
-#pragma unroll
-    for (int t = 0; t < kOuter; ++t) rows[t] = r + t * KvT::kRowLanes;
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) cols[e] = grp * kVec + e;
   }
 
   // 64-bit arithmetic once per (slot, head); inside a head every offset is
@@ -167,12 +160,10 @@ __global__ void __launch_bounds__(256)
   const int64_t v_base = b * p.v_batch_stride + int64_t(h) * p.v_head_stride;
 
   // State vector (o, c) of the item starting at column j0: row i, column j, offset.
-  auto vec_row = [&](int o, int c) { return kLayout == Layout::kVK ? rows[c * kVec] : rows[o]; };
-  auto vec_col = [&](int o, int j0) { return j0 + (kLayout == Layout::kVK ? cols[o] : cols[0]); };
-  auto vec_off = [&](int i, int j) -> int {
-    // vk: element (i, j) at j*Dk + i; kv: at i*Dv + j
-    return kLayout == Layout::kVK ? j * Dk + i : i * Dv + j;
-  };
+  auto vec_row = [&](int o, int c) { (void)o; return rows[c * kVec]; };
+  auto vec_col = [&](int o, int j0) { return j0 + cols[o]; };
+  // element (i, j) at j*Dk + i
+  auto vec_off = [&](int i, int j) -> int { return j * Dk + i; };
   // v[j0 + cols[c]] for the held columns (0 past Dv): one dtype branch for the group.
   auto load_v = [&](int j0, float (&vj)[kColsHeld]) {
     with_dtype(p.qkv_dtype, [&](auto tag) {
@@ -228,23 +219,15 @@ __global__ void __launch_bounds__(256)
     using E = decltype(tag);
     const E* qp = static_cast<const E*>(p.q) + q_base;
     const E* kp = static_cast<const E*>(p.k) + k_base;
-    if constexpr (kLayout == Layout::kVK) {
 #pragma unroll
-      for (int c = 0; c < kInner; ++c) {
-        const int i = rows[c * kVec];
-        if (i < Dk) {
-          load_run<E, kVec>(qp + i, qh + c * kVec);
-          load_run<E, kVec>(kp + i, kh + c * kVec);
-        } else {
+    for (int c = 0; c < kInner; ++c) {
+      const int i = rows[c * kVec];
+      if (i < Dk) {
+        load_run<E, kVec>(qp + i, qh + c * kVec);
+        load_run<E, kVec>(kp + i, kh + c * kVec);
+      } else {
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) qh[c * kVec + e] = kh[c * kVec + e] = 0.0f;
-        }
-      }
-    } else {
-#pragma unroll
-      for (int r = 0; r < kRowsHeld; ++r) {
-        qh[r] = rows[r] < Dk ? Elem<E>::to_float(qp[rows[r]]) : 0.0f;
-        kh[r] = rows[r] < Dk ? Elem<E>::to_float(kp[rows[r]]) : 0.0f;
+        for (int e = 0; e < kVec; ++e) qh[c * kVec + e] = kh[c * kVec + e] = 0.0f;
       }
     }
   });
@@ -293,8 +276,7 @@ __global__ void __launch_bounds__(256)
   const int out_c = (lane / kOutStride) % kColsHeld;
   const bool writer = (lane / kReduceLow) % (kReduceSpan / kColsHeld) == 0;
   // cols[out_c] without a run-time array index (which would go to local memory).
-  const int out_col = kLayout == Layout::kVK ? out_c * VkT::kColsPerStep + lane / VkT::kLanesPerCol
-                                             : (lane % KvT::kGroups) * kVec + out_c;
+  const int out_col = out_c * VkT::kColsPerStep + lane / VkT::kLanesPerCol;
 
   // ---- 3. the warp's items, the next one's loads in flight while this one computes
   for (;;) {
@@ -305,10 +287,7 @@ __global__ void __launch_bounds__(256)
 
     const int j0 = item * kColsPerItem;
     // The state element (held row r, held column c):
-    auto elem = [&](int r, int c) -> float {
-      return kLayout == Layout::kVK ? Elem<T>::to_float(s[c][r / kVec].x[r % kVec])
-                                    : Elem<T>::to_float(s[r][0].x[c]);
-    };
+    auto elem = [&](int r, int c) -> float { return Elem<T>::to_float(s[c][r / kVec].x[r % kVec]); };
     // u = exp(g) S^T k_hat;  delta = beta (v - u)
     float delta[kColsHeld], out[kColsHeld], acc[kColsHeld];
 #pragma unroll
@@ -333,8 +312,8 @@ __global__ void __launch_bounds__(256)
         V n;
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
-          const int r = kLayout == Layout::kVK ? ci * kVec + e : o;
-          const int c = kLayout == Layout::kVK ? o : e;
+          const int r = ci * kVec + e;
+          const int c = o;
           const float sn = decay * elem(r, c) + kh[r] * delta[c];
           out[c] += sn * qh[r];
           n.x[e] = Elem<T>::from_float(sn);
@@ -361,12 +340,236 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// kv layout: a block of kW warps owns a [Dk x kCols] column tile of one
+// (row, head) at a time (decode_kernel.cuh, KvSmemTile), staged through shared
+// memory so global loads and stores move whole 16-byte chunks of row segments.
+// Per tile: the copy threads' registers -> shared; barrier; each warp computes
+// its kVec columns with lanes over Dk (rows lane + 32 n) and writes S' back to
+// its own chunk of shared; barrier; the copy threads store their chunks to
+// global. A block streams tiles_per_block consecutive tiles of its head, the
+// next tile's loads issued right after the current one is in shared memory.
+// A column's arithmetic (its lane's rows, the 32-lane butterflies) depends
+// only on its chunk, never on kW, the tiles a block streams or B.
+// Hazards: each thread stores to shared exactly the chunks it later reads
+// back for the global store, and every other warp's use of them (compute) is
+// fenced by the two barriers, so tile t + 1's stores to shared never race
+// tile t's. A tile is all in registers before any of its state is written, so
+// in-place updates (s_out == s_in) are safe. Every barrier is reached by all
+// threads: the only early return (padding row) is uniform over the block.
+template <typename T, int kDk, int kW>
+__global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 32 / kW : 1)
+    decode_kv_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
+                     FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale) {
+  using Tile = KvSmemTile<T, kDk, kW>;
+  using V = Vec<T>;
+  constexpr int kVec = V::kN, kRows = Tile::kRows, kCols = Tile::kCols, kPitch = Tile::kPitch;
+  __shared__ V tile[kDk * kPitch];
+
+  const int Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
+  // blockIdx = (b * Hv + h) * blocks_per_head + blk, as in decode_kernel.
+  const unsigned row_head = by_blocks_per_head.div(blockIdx.x);
+  const int blk = int(blockIdx.x - row_head * by_blocks_per_head.d);
+  const unsigned b32 = by_hv.div(row_head);
+  const int h = int(row_head - b32 * unsigned(Hv));
+  const int64_t b = b32;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t o_base = b * p.o_batch_stride + int64_t(h) * p.o_head_stride;
+  // This block's tiles [t, t_end): never empty (blocks_per_head = ceil(tiles_per_head / tiles_per_block)).
+  int t = blk * tiles_per_block;
+  const int t_end = min(tiles_per_head, t + tiles_per_block);
+
+  const RowSlots slots = row_slots(p, b, h, blk);
+  if (slots.s_in < 0 || slots.s_in >= p.num_slots) {
+    // Padding row (uniform over the block: no barrier is skipped by part of
+    // it): zero this block's outputs, touch no state.
+    const int j_end = min(Dv, t_end * kCols);
+    for (int j = t * kCols + int(threadIdx.x); j < j_end; j += kW * kWarp) store_any(p.o, p.o_dtype, o_base + j, 0.0f);
+    return;
+  }
+
+  // Copy positions: chunk cp_chunk of rows cp_row + 32 n. Compute: chunk
+  // `warp`, rows lane + 32 n.
+  const int cp_chunk = int(threadIdx.x) % kW, cp_row = int(threadIdx.x) / kW;
+  // 64-bit arithmetic once per (slot, head); inside a head offsets are below 2^16.
+  const int64_t head_off = int64_t(h) * Dk * Dv;
+  const T* s_in = static_cast<const T*>(p.state) + slots.s_in * p.state_slot_stride + head_off;
+  T* s_out = static_cast<T*>(p.state) + slots.s_out * p.state_slot_stride + head_off;
+  const int64_t v_base = b * p.v_batch_stride + int64_t(h) * p.v_head_stride;
+
+  // This thread's copy chunks of tile tt (zeros past Dk or Dv: a chunk starts
+  // at a multiple of kVec, which divides 16 and so Dv: all in or all out).
+  auto load_tile = [&](int tt, V (&r)[kRows]) {
+    const int j = tt * kCols + cp_chunk * kVec;
+#pragma unroll
+    for (int n = 0; n < kRows; ++n) {
+      const int i = cp_row + n * kWarp;
+      if (i < Dk && j < Dv)
+        r[n] = *reinterpret_cast<const V*>(s_in + i * Dv + j);
+      else
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) r[n].x[e] = Elem<T>::from_float(0.0f);
+    }
+  };
+  // After a reduce_scatter over the warp, lane l holds column
+  // (l / kOutStride) % kVec of the warp's chunk (reduce_scatter's col(l)); it
+  // loads v of that column only, forms delta there, and the lanes with
+  // l % kOutStride == 0 write that column's output (one writer each).
+  constexpr int kOutStride = kWarp / kVec;
+  const int out_c = (lane / kOutStride) % kVec;
+  const bool writer = lane % kOutStride == 0;
+  // v[j] for the lane's column j of tile tt (0 past Dv; the warp's chunk is all in or all out).
+  auto load_v = [&](int tt) -> float {
+    const int j = tt * kCols + warp * kVec + out_c;
+    float x = 0.0f;
+    if (j < Dv)
+      with_dtype(p.qkv_dtype, [&](auto tag) {
+        using E = decltype(tag);
+        x = Elem<E>::to_float(static_cast<const E*>(p.v)[v_base + j]);
+      });
+    return x;
+  };
+
+  // ---- 1. the first tile's state and v first, then q, k and the gates.
+  V r[kRows];
+  load_tile(t, r);
+  float vj = load_v(t);
+
+  const unsigned hq = by_head_map.div(unsigned(h));
+  const int hk = p.head_map == HeadMap::kInterleaved ? int(hq) : h - int(hq) * p.num_k_heads;
+  const int64_t q_base = b * p.q_batch_stride + int64_t(hk) * p.q_head_stride;
+  const int64_t k_base = b * p.k_batch_stride + int64_t(hk) * p.k_head_stride;
+  float qh[kRows], kh[kRows];
+  with_dtype(p.qkv_dtype, [&](auto tag) {
+    using E = decltype(tag);
+    const E* qp = static_cast<const E*>(p.q) + q_base;
+    const E* kp = static_cast<const E*>(p.k) + k_base;
+#pragma unroll
+    for (int n = 0; n < kRows; ++n) {
+      const int i = lane + n * kWarp;
+      qh[n] = i < Dk ? Elem<E>::to_float(qp[i]) : 0.0f;
+      kh[n] = i < Dk ? Elem<E>::to_float(kp[i]) : 0.0f;
+    }
+  });
+  float a = 0.0f, braw = 0.0f;
+  with_dtype(p.ab_dtype, [&](auto tag) {
+    using E = decltype(tag);
+    a = Elem<E>::to_float(static_cast<const E*>(p.a)[b * p.a_batch_stride + h]);
+    braw = Elem<E>::to_float(static_cast<const E*>(p.b)[b * p.b_batch_stride + h]);
+  });
+  float g, beta;
+  if (p.gate == Gate::kRaw) {
+    g = -expf(p.A_log[h]) * softplus(a + p.dt_bias[h]);
+    beta = 1.0f / (1.0f + expf(-braw));
+  } else {
+    g = a;
+    beta = braw;
+  }
+  const float decay = expf(g);
+
+  // ---- 2. l2norm: the 32 lanes of every warp hold all of Dk between them.
+  float qq = 0.0f, kk = 0.0f;
+#pragma unroll
+  for (int n = 0; n < kRows; ++n) {
+    qq += qh[n] * qh[n];
+    kk += kh[n] * kh[n];
+  }
+  {
+    float ss[2] = {qq, kk};
+    all_gather<1, kWarp, 2>(reduce_scatter<1, kWarp, 2>(ss, lane), lane, ss);
+    qq = ss[0];
+    kk = ss[1];
+  }
+  const float inv_q = inv_norm(qq, p.l2norm, p.l2norm_eps);
+  const float inv_k = inv_norm(kk, p.l2norm, p.l2norm_eps);
+#pragma unroll
+  for (int n = 0; n < kRows; ++n) {
+    qh[n] *= inv_q;
+    kh[n] *= inv_k;
+  }
+  // ---- 3. the block's tiles, the next one's loads in flight while this one computes
+  for (;;) {
+    const bool has_next = t + 1 < t_end;
+#pragma unroll
+    for (int n = 0; n < kRows; ++n) tile[(cp_row + n * kWarp) * kPitch + cp_chunk] = r[n];
+    float v_next = 0.0f;
+    if (has_next) {
+      load_tile(t + 1, r);
+      v_next = load_v(t + 1);
+    }
+    __syncthreads();  // A: the tile is in shared memory
+
+    // u = exp(g) S^T k_hat;  delta = beta (v - u)
+    V s[kRows];
+#pragma unroll
+    for (int n = 0; n < kRows; ++n) s[n] = tile[(lane + n * kWarp) * kPitch + warp];
+    float acc[kVec], delta[kVec], out[kVec];
+#pragma unroll
+    for (int c = 0; c < kVec; ++c) {
+      acc[c] = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kRows; ++n) acc[c] += Elem<T>::to_float(s[n].x[c]) * kh[n];
+    }
+    // The lane's column's sum over the warp -> its delta -> every lane gets all kVec deltas.
+    const float u_sum = reduce_scatter<1, kWarp, kVec>(acc, lane);
+    all_gather<1, kWarp, kVec>(beta * (vj - decay * u_sum), lane, delta);
+#pragma unroll
+    for (int c = 0; c < kVec; ++c) out[c] = 0.0f;
+    // S' = exp(g) S + k_hat delta (back into the warp's own chunk);  o = scale S'^T q_hat
+#pragma unroll
+    for (int n = 0; n < kRows; ++n) {
+      const V sv = tile[(lane + n * kWarp) * kPitch + warp];
+      V nv;
+#pragma unroll
+      for (int c = 0; c < kVec; ++c) {
+        const float sn = decay * Elem<T>::to_float(sv.x[c]) + kh[n] * delta[c];
+        out[c] += sn * qh[n];
+        nv.x[c] = Elem<T>::from_float(sn);
+      }
+      tile[(lane + n * kWarp) * kPitch + warp] = nv;
+    }
+    const float o_val = scale * reduce_scatter<1, kWarp, kVec>(out, lane);
+    const int jo = t * kCols + warp * kVec + out_c;
+    if (writer && jo < Dv)
+      with_dtype(p.o_dtype, [&](auto tag) {
+        using E = decltype(tag);
+        static_cast<E*>(p.o)[o_base + jo] = Elem<E>::from_float(o_val);
+      });
+    __syncthreads();  // B: S' of the whole tile is in shared memory
+
+    if (slots.write) {
+      const int j = t * kCols + cp_chunk * kVec;
+#pragma unroll
+      for (int n = 0; n < kRows; ++n) {
+        const int i = cp_row + n * kWarp;
+        if (i < Dk && j < Dv) *reinterpret_cast<V*>(s_out + i * Dv + j) = tile[i * kPitch + cp_chunk];
+      }
+    }
+    if (!has_next) break;
+    ++t;
+    vj = v_next;
+  }
+}
+
 template <typename T, Layout kLayout, int kDk, int kP>
 Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
   constexpr int cpi = cols_per_item<T, kLayout, kDk, kP>();
   Launch g;
   g.items_per_head = (p.head_dim_v + cpi - 1) / cpi;
   const int64_t heads = p.batch * p.num_v_heads;
+  if constexpr (kLayout == Layout::kKV) {
+    // kv: an item is a block's tile of kP warps. Blocks stream up to
+    // max_items_per_warp tiles of their head while the grid keeps ~32 warps
+    // per SM (32 * sms / kP blocks); at small B a block owns one tile.
+    const int64_t want_blocks = int64_t(32) * sms / kP;
+    int tpb = 1;
+    while (tpb * 2 <= max_items_per_warp && tpb * 2 <= g.items_per_head &&
+           heads * g.items_per_head / (tpb * 2) >= want_blocks)
+      tpb *= 2;
+    g.warps_per_block = kP;
+    g.items_per_warp = tpb;
+    g.blocks_per_head = (g.items_per_head + tpb - 1) / tpb;
+    return g;
+  }
   // Enough warps to keep every SM's memory pipe busy: ~32 per SM. Below that,
   // a warp streams one item (latency-bound: spread the work as wide as it
   // goes); above it, warps stream several consecutive items each.
@@ -394,9 +597,16 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
   const int64_t blocks = p.batch * p.num_v_heads * g.blocks_per_head;
   const FastDiv by_head_map(unsigned(p.head_map == HeadMap::kInterleaved ? p.num_v_heads / p.num_k_heads
                                                                          : p.num_k_heads));
-  decode_kernel<T, kLayout, kDk, kP><<<dim3(unsigned(blocks)), dim3(g.warps_per_block * kWarp), 0, stream>>>(
-      p, g.items_per_head, g.items_per_warp, FastDiv(unsigned(g.blocks_per_head)),
-      FastDiv(unsigned(p.num_v_heads)), by_head_map, scale);
+  if constexpr (kLayout == Layout::kKV) {
+    // The block shape is the tile's, whatever g.warps_per_block says.
+    decode_kv_kernel<T, kDk, kP><<<dim3(unsigned(blocks)), dim3(KvSmemTile<T, kDk, kP>::kThreads), 0, stream>>>(
+        p, g.items_per_head, g.items_per_warp, FastDiv(unsigned(g.blocks_per_head)), FastDiv(unsigned(p.num_v_heads)),
+        by_head_map, scale);
+  } else {
+    decode_kernel<T, kLayout, kDk, kP><<<dim3(unsigned(blocks)), dim3(g.warps_per_block * kWarp), 0, stream>>>(
+        p, g.items_per_head, g.items_per_warp, FastDiv(unsigned(g.blocks_per_head)),
+        FastDiv(unsigned(p.num_v_heads)), by_head_map, scale);
+  }
   return cudaGetLastError();
 }
 
