@@ -88,6 +88,52 @@ __device__ __forceinline__ float inv_norm(float ss, L2Norm mode, float eps) {
 
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+// The gates of row b, v-head h, both kernels: decay = exp(g) and beta.
+struct Gates {
+  float decay, beta;
+};
+__device__ __forceinline__ Gates load_gates(const DecodeParams& p, int64_t b, int h) {
+  float a = 0.0f, braw = 0.0f;
+  with_dtype(p.ab_dtype, [&](auto tag) {
+    using E = decltype(tag);
+    a = Elem<E>::to_float(static_cast<const E*>(p.a)[b * p.a_batch_stride + h]);
+    braw = Elem<E>::to_float(static_cast<const E*>(p.b)[b * p.b_batch_stride + h]);
+  });
+  float g, beta;
+  if (p.gate == Gate::kRaw) {
+    // g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b)
+    g = -expf(p.A_log[h]) * softplus(a + p.dt_bias[h]);
+    beta = 1.0f / (1.0f + expf(-braw));
+  } else {
+    g = a;
+    beta = braw;
+  }
+  return Gates{expf(g), beta};
+}
+
+// l2norm of q and k, whose Dk rows the kSpan lanes (stride kLow) hold
+// between them, kN rows a lane: both sums of squares through one two-value
+// butterfly, then every lane scales its rows.
+template <int kLow, int kSpan, int kN>
+__device__ __forceinline__ void l2_normalize(const DecodeParams& p, int lane, float (&qh)[kN],
+                                             float (&kh)[kN]) {
+  float qq = 0.0f, kk = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kN; ++r) {
+    qq += qh[r] * qh[r];
+    kk += kh[r] * kh[r];
+  }
+  float ss[2] = {qq, kk};
+  all_gather<kLow, kSpan, 2>(reduce_scatter<kLow, kSpan, 2>(ss, lane), lane, ss);
+  const float inv_q = inv_norm(ss[0], p.l2norm, p.l2norm_eps);
+  const float inv_k = inv_norm(ss[1], p.l2norm, p.l2norm_eps);
+#pragma unroll
+  for (int r = 0; r < kN; ++r) {
+    qh[r] *= inv_q;
+    kh[r] *= inv_k;
+  }
+}
+
 template <typename T, Layout kLayout, int kDk, int kP>
 __global__ void __launch_bounds__(256)
     decode_kernel(const __grid_constant__ DecodeParams p, int items_per_head, int items_per_warp,
@@ -231,44 +277,11 @@ __global__ void __launch_bounds__(256)
       }
     }
   });
-  float a = 0.0f, braw = 0.0f;
-  with_dtype(p.ab_dtype, [&](auto tag) {
-    using E = decltype(tag);
-    a = Elem<E>::to_float(static_cast<const E*>(p.a)[b * p.a_batch_stride + h]);
-    braw = Elem<E>::to_float(static_cast<const E*>(p.b)[b * p.b_batch_stride + h]);
-  });
-  float g, beta;
-  if (p.gate == Gate::kRaw) {
-    // g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b)
-    g = -expf(p.A_log[h]) * softplus(a + p.dt_bias[h]);
-    beta = 1.0f / (1.0f + expf(-braw));
-  } else {
-    g = a;
-    beta = braw;
-  }
-  const float decay = expf(g);
+  const Gates gates = load_gates(p, b, h);
+  const float decay = gates.decay, beta = gates.beta;
 
   // ---- 2. l2norm: the lanes of a column group hold all of Dk between them
-  float qq = 0.0f, kk = 0.0f;
-#pragma unroll
-  for (int r = 0; r < kRowsHeld; ++r) {
-    qq += qh[r] * qh[r];
-    kk += kh[r] * kh[r];
-  }
-  {
-    // Both sums of squares through one two-value butterfly.
-    float ss[2] = {qq, kk};
-    all_gather<kReduceLow, kReduceSpan, 2>(reduce_scatter<kReduceLow, kReduceSpan, 2>(ss, lane), lane, ss);
-    qq = ss[0];
-    kk = ss[1];
-  }
-  const float inv_q = inv_norm(qq, p.l2norm, p.l2norm_eps);
-  const float inv_k = inv_norm(kk, p.l2norm, p.l2norm_eps);
-#pragma unroll
-  for (int r = 0; r < kRowsHeld; ++r) {
-    qh[r] *= inv_q;
-    kh[r] *= inv_k;
-  }
+  l2_normalize<kReduceLow, kReduceSpan>(p, lane, qh, kh);
   // After the output reduce_scatter, held column out_c sits in the lanes of
   // the span whose value bits name it; the one of them whose lower span bits
   // are zero writes it: every column of the item has exactly one writer.
@@ -450,42 +463,11 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 32 / kW : 1)
       kh[n] = i < Dk ? Elem<E>::to_float(kp[i]) : 0.0f;
     }
   });
-  float a = 0.0f, braw = 0.0f;
-  with_dtype(p.ab_dtype, [&](auto tag) {
-    using E = decltype(tag);
-    a = Elem<E>::to_float(static_cast<const E*>(p.a)[b * p.a_batch_stride + h]);
-    braw = Elem<E>::to_float(static_cast<const E*>(p.b)[b * p.b_batch_stride + h]);
-  });
-  float g, beta;
-  if (p.gate == Gate::kRaw) {
-    g = -expf(p.A_log[h]) * softplus(a + p.dt_bias[h]);
-    beta = 1.0f / (1.0f + expf(-braw));
-  } else {
-    g = a;
-    beta = braw;
-  }
-  const float decay = expf(g);
+  const Gates gates = load_gates(p, b, h);
+  const float decay = gates.decay, beta = gates.beta;
 
   // ---- 2. l2norm: the 32 lanes of every warp hold all of Dk between them.
-  float qq = 0.0f, kk = 0.0f;
-#pragma unroll
-  for (int n = 0; n < kRows; ++n) {
-    qq += qh[n] * qh[n];
-    kk += kh[n] * kh[n];
-  }
-  {
-    float ss[2] = {qq, kk};
-    all_gather<1, kWarp, 2>(reduce_scatter<1, kWarp, 2>(ss, lane), lane, ss);
-    qq = ss[0];
-    kk = ss[1];
-  }
-  const float inv_q = inv_norm(qq, p.l2norm, p.l2norm_eps);
-  const float inv_k = inv_norm(kk, p.l2norm, p.l2norm_eps);
-#pragma unroll
-  for (int n = 0; n < kRows; ++n) {
-    qh[n] *= inv_q;
-    kh[n] *= inv_k;
-  }
+  l2_normalize<1, kWarp>(p, lane, qh, kh);
   // ---- 3. the block's tiles, the next one's loads in flight while this one computes
   for (;;) {
     const bool has_next = t + 1 < t_end;
