@@ -45,7 +45,9 @@ std::vector<Variant> variants() {
 // Items a warp may stream (upper bound handed to the planner).
 const int kItemsPerWarp[] = {1, 2, 4, 8, 16};
 
-int main() {
+// Optional argument: "vk" or "kv" sweeps that layout only.
+int main(int argc, char** argv) {
+  const std::string only = argc > 1 ? argv[1] : "";
   int sms = 0;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
     std::printf("tune_cuda: no CUDA device\n");
@@ -54,7 +56,8 @@ int main() {
   std::printf("%-6s %-5s %4s %-8s %4s %9s %9s %7s\n", "state", "lay", "B", "variant", "ipw", "us", "copy", "ratio");
   for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16}) {
     const auto vs = t == gdn::DType::kF32 ? variants<float>() : variants<__nv_bfloat16>();
-    for (Layout l : {Layout::kVK, Layout::kKV})
+    for (Layout l : {Layout::kVK, Layout::kKV}) {
+      if (!only.empty() && only != gdn::to_string(l)) continue;
       for (int64_t B : {1, 8, 32, 128, 512}) {
         Bed bed(Shape{B, 16, 32, 128, t, l, false});
         const double copy = bed.copy_floor_us();
@@ -72,6 +75,7 @@ int main() {
           }
         }
       }
+    }
   }
   return 0;
 }
