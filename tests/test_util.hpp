@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <ostream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -20,6 +21,12 @@
 #include "gdnkit/backend.hpp"
 #include "gdnkit/gdnkit.hpp"
 #include "gdnkit/half.hpp"
+
+namespace gdn {
+// gtest prints a suite's parameter in test listings (and so in ctest names):
+// "host", not "4-byte object <01-00 00-00>".
+inline void PrintTo(Backend b, std::ostream* os) { *os << to_string(b); }
+}  // namespace gdn
 
 namespace gdn_test {
 
