@@ -45,12 +45,47 @@ std::vector<Variant> variants() {
 // Items a warp may stream (upper bound handed to the planner).
 const int kItemsPerWarp[] = {1, 2, 4, 8, 16};
 
-// Optional argument: "vk" or "kv" sweeps that layout only.
+// "blocks": vk at small B with the planner's items per warp but a forced
+// block size W (warps a block), to tell block-launch cost from per-warp latency.
+template <typename T>
+void sweep_block_size(int sms) {
+  constexpr int kP = gdn::cuda::default_tile_param<T, Layout::kVK>();
+  const gdn::DType t = sizeof(T) == 4 ? gdn::DType::kF32 : gdn::DType::kBF16;
+  for (int64_t B : {1, 8, 32}) {
+    Bed bed(Shape{B, 16, 32, 128, t, Layout::kVK, false});
+    const double copy = bed.copy_floor_us();
+    for (int w : {1, 2, 4, 8}) {
+      const int n = bed.calls();
+      cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
+        const gdn::DecodeParams p = bed.params(cur);
+        gdn::cuda::Launch l = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(p, sms, 4);
+        const int warps_per_head = (l.items_per_head + l.items_per_warp - 1) / l.items_per_warp;
+        l.warps_per_block = w;
+        l.blocks_per_head = (warps_per_head + w - 1) / w;
+        GDN_BENCH_CHECK((gdn::cuda::launch_decode<T, Layout::kVK, 128, kP>(p, l, bed.stream)));
+      });
+      const double us = bed.time_graph(g, n);
+      cudaGraphExecDestroy(g);
+      std::printf("%-6s %-5s %4lld W=%-6d %4s %9.2f %9.2f %7.3f\n", gdn::to_string(t), "vk", (long long)B, w, "-",
+                  us, copy, us / copy);
+    }
+  }
+}
+
+// Optional arguments: "vk" or "kv" sweeps that layout only ("blocks": the vk
+// block size at small B); a second one keeps the variants whose name has it.
 int main(int argc, char** argv) {
   const std::string only = argc > 1 ? argv[1] : "";
+  const std::string variant = argc > 2 ? argv[2] : "";  // e.g. "W=8": variants whose name contains it
   int sms = 0;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
     std::printf("tune_cuda: no CUDA device\n");
+    return 0;
+  }
+  if (only == "blocks") {
+    std::printf("%-6s %-5s %4s %-8s %4s %9s %9s %7s\n", "state", "lay", "B", "variant", "ipw", "us", "copy", "ratio");
+    sweep_block_size<float>(sms);
+    sweep_block_size<__nv_bfloat16>(sms);
     return 0;
   }
   std::printf("%-6s %-5s %4s %-8s %4s %9s %9s %7s\n", "state", "lay", "B", "variant", "ipw", "us", "copy", "ratio");
@@ -62,7 +97,7 @@ int main(int argc, char** argv) {
         Bed bed(Shape{B, 16, 32, 128, t, l, false});
         const double copy = bed.copy_floor_us();
         for (const Variant& v : vs) {
-          if (v.layout != l) continue;
+          if (v.layout != l || std::string(v.name).find(variant) == std::string::npos) continue;
           for (int ipw : kItemsPerWarp) {
             const int n = bed.calls();
             cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {

@@ -10,9 +10,10 @@
 // and the whole Dk extent of those columns, and reduces over Dk inside the
 // warp with a fixed butterfly of shuffles. Each warp normalizes q and k itself
 // (the lanes of a column group hold all of Dk), so warps never wait on each
-// other: there is no shared memory and no barrier. A warp streams
-// items_per_warp consecutive items of its head, loading the next item's state
-// while it computes the current one; a block is W such warps on consecutive
+// other: no barrier. A warp streams items_per_warp consecutive items of its
+// head, the next item's state copied (cp.async) into the warp's own ring of
+// shared memory while it computes the current one, each lane copying and
+// reading back only its own vectors; a block is W such warps on consecutive
 // items of the same (b, h); the grid is B * Hv * blocks_per_head blocks.
 // That is the vk layout (decode_kernel), where a column is a contiguous run.
 //
@@ -21,14 +22,15 @@
 // instruction. Instead a block of kW = 8 warps owns a *tile*: all Dk rows of
 // kW * kVec consecutive columns of one (b, h) (kW 16-byte chunks of each
 // row: 128-byte row segments, 32 fp32 or 64 16-bit columns, 18 KiB of
-// shared memory at Dk = 128 with the padded pitch). The block loads the tile
-// with 16-byte vectors, each warp instruction covering whole 128-byte row
-// segments, into shared memory; warp w then computes the kVec columns of
+// shared memory at Dk = 128 with the padded pitch, per ring stage). The
+// block copies the tile (cp.async) with 16-byte vectors, each warp
+// instruction covering whole 128-byte row segments, into shared memory; warp
+// w then computes the kVec columns of
 // chunk w exactly like a vk warp (lanes over Dk, rows lane + 32 n, 32-lane
 // butterflies), writes S' back to its chunk, and the block stores the rows
 // back the same coalesced way. Two barriers a tile; a block streams up to 4
 // consecutive tiles of its head (items_per_warp counts tiles for kv), the
-// next tile's loads issued before the current tile is computed. The block
+// next tile's copies issued before the current tile is computed. The block
 // count is B * Hv * ceil(tiles / tiles per block); at B = 1 (Hv = 32, fp32)
 // that is 128 blocks of 8 warps, the same 1024 warps as vk's 1024 blocks of
 // one. A column's arithmetic depends only on its 16-byte chunk, never on the
@@ -40,6 +42,9 @@
 // Large B*Hv: up to 4 items a warp and 8 warps a block, so a block owns all
 // Dv outputs of its head (measured: streaming 4 items with the next one in
 // flight took B = 512 from 1.91x to 1.06x the copy floor, bench/RESULTS.md).
+// Items per warp are the fewest that fit the whole grid in one wave of the
+// warps an SM holds (then every item's copies are issued at once: B = 8 fp32
+// from 1.80x to 1.42x), capped at 4 (fp32) or 8 (16-bit) for large B.
 // Small B*Hv: items per warp drop to 1 and W shrinks to one warp per block
 // until the grid puts work on every SM: at B = 1 with Hv = 32 there are only
 // 32 heads for 132 SMs, and a block per head would leave three quarters of the
@@ -163,6 +168,51 @@ __device__ __forceinline__ int64_t load_index(const void* base, IndexType t, int
   return t == IndexType::kI64 ? static_cast<const int64_t*>(base)[b]
                               : int64_t(static_cast<const int32_t*>(base)[b]);
 }
+
+// ---- asynchronous 16-byte copies, global -> shared -----------------------
+// The state moves through shared memory by cp.async (sm_80 and newer): the
+// next items' loads are in flight without holding registers, which let the
+// kernels drop from 80/118 registers (fp32/16-bit vk) to 64/80 and hold 32/24
+// warps an SM instead of 24/16 (bench/RESULTS.md: bf16 vk B = 128 1.29x ->
+// 1.16x the copy floor). `valid` false writes 16 zero bytes and reads nothing
+// (src-size 0), which is how rows past Dk and columns past Dv become zeros.
+__device__ __forceinline__ void copy16_async(void* smem, const void* gmem, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0)
+               : "memory");
+#else
+  // Older targets: a plain load and store (same values, no overlap).
+  *static_cast<uint4*>(smem) = valid ? *static_cast<const uint4*>(gmem) : make_uint4(0, 0, 0, 0);
+#endif
+}
+// Close the group of copies issued since the last commit (one group per item).
+__device__ __forceinline__ void async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+// Wait until at most kPending groups of this thread are still in flight.
+template <int kPending>
+__device__ __forceinline__ void async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+// Items (vk) or tiles (kv) of state in shared memory at once: the one being
+// computed and the rest in flight. Two, measured (bench/RESULTS.md): a third
+// stage gained at most 2% at B = 512 for vk, lost 4% at B = 8, and made kv
+// slower everywhere from B = 8 up (bf16 B = 512 1.28x -> 1.55x; four stages
+// worse still). GDN_VK_STAGES / GDN_KV_STAGES override them for tune_cuda.
+#ifndef GDN_VK_STAGES
+#define GDN_VK_STAGES 2
+#endif
+#ifndef GDN_KV_STAGES
+#define GDN_KV_STAGES 2
+#endif
+constexpr int kStages = GDN_VK_STAGES;
+constexpr int kKvStages = GDN_KV_STAGES;
 
 // A 16-byte vector of state elements.
 template <typename T>

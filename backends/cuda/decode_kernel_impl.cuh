@@ -134,8 +134,13 @@ __device__ __forceinline__ void l2_normalize(const DecodeParams& p, int lane, fl
   }
 }
 
+// Minimum blocks of 8 warps per SM: 32 resident warps for fp32 states (64
+// registers, no spills) and 24 for 16-bit ones (80 registers, a few bytes of
+// spill on some instantiations; at 32 warps ptxas spills hundreds), so many
+// warps' ring copies are in flight at once. Before the ring (next items held
+// in registers) these kernels needed 80 and 118 registers: 24 and 16 warps.
 template <typename T, Layout kLayout, int kDk, int kP>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(256, sizeof(T) == 4 ? 4 : 3)
     decode_kernel(const __grid_constant__ DecodeParams p, int items_per_head, int items_per_warp,
                   FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale) {
   // The vk kernel (kv runs decode_kv_kernel below).
@@ -228,28 +233,36 @@ __global__ void __launch_bounds__(256)
       }
     });
   };
-  // Loads of one item: its state vectors (each entirely in range or out) and its v values.
-  auto load_item = [&](int it, V (&s)[kOuter][kInner], float (&vj)[kColsHeld]) {
-    const int j0 = it * kColsPerItem;
+  // The warp's ring of kStages item buffers in shared memory. A lane copies
+  // in, and later reads back, only its own kHeld vectors of an item (lanes
+  // side by side: conflict-free), so no barrier is ever needed.
+  constexpr int kHeld = kOuter * kInner;
+  extern __shared__ uint4 smem_raw[];
+  V* ring = reinterpret_cast<V*>(smem_raw) + warp * (kStages * kHeld * kWarp) + lane;
+  auto slot = [&](int stage, int o, int c) -> V* { return ring + ((stage * kOuter + o) * kInner + c) * kWarp; };
+  // Issue the copies of item `it` into ring stage `stage` (nothing past the
+  // warp's last item), and close the group either way so group k is item k.
+  auto issue_item = [&](int it, int stage) {
+    if (it < item_end) {
+      const int j0 = it * kColsPerItem;
 #pragma unroll
-    for (int o = 0; o < kOuter; ++o)
+      for (int o = 0; o < kOuter; ++o)
 #pragma unroll
-      for (int c = 0; c < kInner; ++c) {
-        const int i = vec_row(o, c), j = vec_col(o, j0);
-        if (i < Dk && j < Dv)
-          s[o][c] = *reinterpret_cast<const V*>(s_in + vec_off(i, j));
-        else
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) s[o][c].x[e] = Elem<T>::from_float(0.0f);
-      }
-    load_v(j0, vj);
+        for (int c = 0; c < kInner; ++c) {
+          const int i = vec_row(o, c), j = vec_col(o, j0);
+          const bool in = i < Dk && j < Dv;
+          copy16_async(slot(stage, o, c), in ? s_in + vec_off(i, j) : s_in, in);
+        }
+    }
+    async_commit();
   };
 
-  // ---- 1. every load up front: the first item's state, then q, k, v and the
-  // gates, so one memory latency covers them all.
-  V s[kOuter][kInner];
+  // ---- 1. every load up front: the first kStages - 1 items' state, then q,
+  // k, v and the gates, so one memory latency covers them all.
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) issue_item(item + st, st);
   float vj[kColsHeld];
-  load_item(item, s, vj);
+  load_v(item * kColsPerItem, vj);
 
   // interleaved: hk = h / G (by_head_map divides by G); tiled: hk = h % Hk
   // (by_head_map divides by Hk).
@@ -291,12 +304,19 @@ __global__ void __launch_bounds__(256)
   // cols[out_c] without a run-time array index (which would go to local memory).
   const int out_col = out_c * VkT::kColsPerStep + lane / VkT::kLanesPerCol;
 
-  // ---- 3. the warp's items, the next one's loads in flight while this one computes
-  for (;;) {
+  // ---- 3. the warp's items, kStages - 1 of them in flight while one computes
+  for (int stage = 0;; stage = stage + 1 == kStages ? 0 : stage + 1) {
     const bool has_next = item + 1 < item_end;
-    V s_next[kOuter][kInner];
+    issue_item(item + kStages - 1, stage == 0 ? kStages - 1 : stage - 1);
     float v_next[kColsHeld];
-    if (has_next) load_item(item + 1, s_next, v_next);
+    if (has_next) load_v((item + 1) * kColsPerItem, v_next);
+    // This lane's copies of `item` (group `item`) have landed; read them back.
+    async_wait<kStages - 1>();
+    V s[kOuter][kInner];
+#pragma unroll
+    for (int o = 0; o < kOuter; ++o)
+#pragma unroll
+      for (int c = 0; c < kInner; ++c) s[o][c] = *slot(stage, o, c);
 
     const int j0 = item * kColsPerItem;
     // The state element (held row r, held column c):
@@ -345,10 +365,6 @@ __global__ void __launch_bounds__(256)
     if (!has_next) break;
     ++item;
 #pragma unroll
-    for (int o = 0; o < kOuter; ++o)
-#pragma unroll
-      for (int c = 0; c < kInner; ++c) s[o][c] = s_next[o][c];
-#pragma unroll
     for (int c = 0; c < kColsHeld; ++c) vj[c] = v_next[c];
   }
 }
@@ -356,19 +372,20 @@ __global__ void __launch_bounds__(256)
 // kv layout: a block of kW warps owns a [Dk x kCols] column tile of one
 // (row, head) at a time (decode_kernel.cuh, KvSmemTile), staged through shared
 // memory so global loads and stores move whole 16-byte chunks of row segments.
-// Per tile: the copy threads' registers -> shared; barrier; each warp computes
-// its kVec columns with lanes over Dk (rows lane + 32 n) and writes S' back to
-// its own chunk of shared; barrier; the copy threads store their chunks to
-// global. A block streams tiles_per_block consecutive tiles of its head, the
-// next tile's loads issued right after the current one is in shared memory.
+// Per tile: the copy threads' cp.async into a ring stage; wait and barrier;
+// each warp computes its kVec columns with lanes over Dk (rows lane + 32 n)
+// and writes S' back to its own chunk of shared; barrier; the copy threads
+// store their chunks to global. A block streams tiles_per_block consecutive
+// tiles of its head, kKvStages - 1 tiles' copies in flight while one computes.
 // A column's arithmetic (its lane's rows, the 32-lane butterflies) depends
 // only on its chunk, never on kW, the tiles a block streams or B.
-// Hazards: each thread stores to shared exactly the chunks it later reads
-// back for the global store, and every other warp's use of them (compute) is
-// fenced by the two barriers, so tile t + 1's stores to shared never race
-// tile t's. A tile is all in registers before any of its state is written, so
-// in-place updates (s_out == s_in) are safe. Every barrier is reached by all
-// threads: the only early return (padding row) is uniform over the block.
+// Hazards: a thread copies into shared exactly the chunks it later reads back
+// for the global store, so refilling a stage after its own stores needs no
+// barrier, and every other warp's use of a stage (compute) is fenced by the
+// two barriers. A tile is all in shared memory before any of its state is
+// written, so in-place updates (s_out == s_in) are safe. Every barrier is
+// reached by all threads: the only early return (padding row) is uniform
+// over the block.
 template <typename T, int kDk, int kW>
 __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 32 / kW : 1)
     decode_kv_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
@@ -376,7 +393,9 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 32 / kW : 1)
   using Tile = KvSmemTile<T, kDk, kW>;
   using V = Vec<T>;
   constexpr int kVec = V::kN, kRows = Tile::kRows, kCols = Tile::kCols, kPitch = Tile::kPitch;
-  __shared__ V tile[kDk * kPitch];
+  // kKvStages tiles of kDk rows x kPitch chunks (dynamic: over 48 KiB at Dk = 128).
+  extern __shared__ uint4 smem_raw[];
+  V* const tiles = reinterpret_cast<V*>(smem_raw);
 
   const int Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
   // blockIdx = (b * Hv + h) * blocks_per_head + blk, as in decode_kernel.
@@ -409,19 +428,22 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 32 / kW : 1)
   T* s_out = static_cast<T*>(p.state) + slots.s_out * p.state_slot_stride + head_off;
   const int64_t v_base = b * p.v_batch_stride + int64_t(h) * p.v_head_stride;
 
-  // This thread's copy chunks of tile tt (zeros past Dk or Dv: a chunk starts
-  // at a multiple of kVec, which divides 16 and so Dv: all in or all out).
-  auto load_tile = [&](int tt, V (&r)[kRows]) {
-    const int j = tt * kCols + cp_chunk * kVec;
+  // Issue this thread's copy chunks of tile tt into ring stage `stage`
+  // (zeros past Dk or Dv: a chunk starts at a multiple of kVec, which divides
+  // 16 and so Dv: all in or all out), nothing past the block's last tile, and
+  // close the group either way so group k is the block's tile k.
+  auto issue_tile = [&](int tt, int stage) {
+    if (tt < t_end) {
+      const int j = tt * kCols + cp_chunk * kVec;
+      V* dst = tiles + stage * (kDk * kPitch) + cp_chunk;
 #pragma unroll
-    for (int n = 0; n < kRows; ++n) {
-      const int i = cp_row + n * kWarp;
-      if (i < Dk && j < Dv)
-        r[n] = *reinterpret_cast<const V*>(s_in + i * Dv + j);
-      else
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) r[n].x[e] = Elem<T>::from_float(0.0f);
+      for (int n = 0; n < kRows; ++n) {
+        const int i = cp_row + n * kWarp;
+        const bool in = i < Dk && j < Dv;
+        copy16_async(dst + i * kPitch, in ? s_in + i * Dv + j : s_in, in);
+      }
     }
+    async_commit();
   };
   // After a reduce_scatter over the warp, lane l holds column
   // (l / kOutStride) % kVec of the warp's chunk (reduce_scatter's col(l)); it
@@ -442,9 +464,9 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 32 / kW : 1)
     return x;
   };
 
-  // ---- 1. the first tile's state and v first, then q, k and the gates.
-  V r[kRows];
-  load_tile(t, r);
+  // ---- 1. the first kKvStages - 1 tiles' state and v first, then q, k and the gates.
+#pragma unroll
+  for (int st = 0; st < kKvStages - 1; ++st) issue_tile(t + st, st);
   float vj = load_v(t);
 
   const unsigned hq = by_head_map.div(unsigned(h));
@@ -468,17 +490,16 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 32 / kW : 1)
 
   // ---- 2. l2norm: the 32 lanes of every warp hold all of Dk between them.
   l2_normalize<1, kWarp>(p, lane, qh, kh);
-  // ---- 3. the block's tiles, the next one's loads in flight while this one computes
-  for (;;) {
+  // ---- 3. the block's tiles, kKvStages - 1 of them in flight while one computes
+  for (int stage = 0;; stage = stage + 1 == kKvStages ? 0 : stage + 1) {
     const bool has_next = t + 1 < t_end;
-#pragma unroll
-    for (int n = 0; n < kRows; ++n) tile[(cp_row + n * kWarp) * kPitch + cp_chunk] = r[n];
-    float v_next = 0.0f;
-    if (has_next) {
-      load_tile(t + 1, r);
-      v_next = load_v(t + 1);
-    }
-    __syncthreads();  // A: the tile is in shared memory
+    // Stage stage - 1 held the previous tile: its last readers were this
+    // thread's own global stores (after barrier B), so it is free to refill.
+    issue_tile(t + kKvStages - 1, stage == 0 ? kKvStages - 1 : stage - 1);
+    const float v_next = has_next ? load_v(t + 1) : 0.0f;
+    async_wait<kKvStages - 1>();
+    __syncthreads();  // A: every thread's chunks of tile t are in shared memory
+    V* const tile = tiles + stage * (kDk * kPitch);
 
     // u = exp(g) S^T k_hat;  delta = beta (v - u)
     V s[kRows];
@@ -532,34 +553,75 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 32 / kW : 1)
   }
 }
 
+// Dynamic shared memory of a block: the ring (vk: kStages items per warp; kv:
+// kKvStages tiles per block).
+template <typename T, Layout kLayout, int kDk, int kP>
+constexpr size_t smem_bytes(int warps_per_block) {
+  if constexpr (kLayout == Layout::kKV)
+    return size_t(kKvStages) * kDk * KvSmemTile<T, kDk, kP>::kPitch * 16;
+  else
+    return size_t(warps_per_block) * kStages * kWarp * 16 *
+           (VkTile<T, kDk, kP>::kUnroll * VkTile<T, kDk, kP>::kChunksPerLane);
+}
+
+// The kernel of (T, kLayout, kDk, kP) and its block size (vk: at 8 warps).
+template <typename T, Layout kLayout, int kDk, int kP>
+const void* kernel_of() {
+  if constexpr (kLayout == Layout::kKV)
+    return reinterpret_cast<const void*>(&decode_kv_kernel<T, kDk, kP>);
+  else
+    return reinterpret_cast<const void*>(&decode_kernel<T, kLayout, kDk, kP>);
+}
+
+// Warps of the kernel one SM holds at once (registers and the ring's shared
+// memory), read once per process and device 0's properties (all GPUs of one
+// process are taken to be alike); also raises the kernel's dynamic shared
+// memory limit, which the kv ring needs past 48 KiB.
+template <typename T, Layout kLayout, int kDk, int kP>
+int resident_warps_per_sm() {
+  static const int warps = [] {
+    const int w = kLayout == Layout::kKV ? kP : 8;
+    const size_t smem = smem_bytes<T, kLayout, kDk, kP>(w);
+    const void* k = kernel_of<T, kLayout, kDk, kP>();
+    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    // All of the unified L1/shared array as shared memory: the ring, not L1,
+    // holds the state, and the kv ring needs it for 4 blocks an SM.
+    cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared));
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, w * kWarp, smem) != cudaSuccess || blocks < 1) {
+      cudaGetLastError();
+      blocks = 1;
+    }
+    return blocks * w;
+  }();
+  return warps;
+}
+
 template <typename T, Layout kLayout, int kDk, int kP>
 Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
   constexpr int cpi = cols_per_item<T, kLayout, kDk, kP>();
   Launch g;
   g.items_per_head = (p.head_dim_v + cpi - 1) / cpi;
   const int64_t heads = p.batch * p.num_v_heads;
+  const int64_t items = heads * g.items_per_head;
+  // Items a warp (kv: a block) streams: as few as fill every resident slot
+  // of the GPU in one wave, so that at small B every item's loads are issued
+  // at once (the ring keeps the next ones in flight); at large B up to
+  // max_items_per_warp, so the ring streams (bench/RESULTS.md, the sweep).
+  const int cap = max_items_per_warp < g.items_per_head ? max_items_per_warp : g.items_per_head;
+  auto per = [&](int64_t slots) {
+    const int64_t n = (items + slots - 1) / slots;
+    return int(n < 1 ? 1 : n > cap ? cap : n);
+  };
   if constexpr (kLayout == Layout::kKV) {
-    // kv: an item is a block's tile of kP warps. Blocks stream up to
-    // max_items_per_warp tiles of their head while the grid keeps ~32 warps
-    // per SM (32 * sms / kP blocks); at small B a block owns one tile.
-    const int64_t want_blocks = int64_t(32) * sms / kP;
-    int tpb = 1;
-    while (tpb * 2 <= max_items_per_warp && tpb * 2 <= g.items_per_head &&
-           heads * g.items_per_head / (tpb * 2) >= want_blocks)
-      tpb *= 2;
+    // kv: an item is a block's tile of kP warps.
+    const int64_t slots = int64_t(resident_warps_per_sm<T, kLayout, kDk, kP>() / kP) * sms;
     g.warps_per_block = kP;
-    g.items_per_warp = tpb;
-    g.blocks_per_head = (g.items_per_head + tpb - 1) / tpb;
+    g.items_per_warp = per(slots);
+    g.blocks_per_head = (g.items_per_head + g.items_per_warp - 1) / g.items_per_warp;
     return g;
   }
-  // Enough warps to keep every SM's memory pipe busy: ~32 per SM. Below that,
-  // a warp streams one item (latency-bound: spread the work as wide as it
-  // goes); above it, warps stream several consecutive items each.
-  const int64_t want_warps = int64_t(32) * sms;
-  int ipw = 1;
-  while (ipw * 2 <= max_items_per_warp && ipw * 2 <= g.items_per_head &&
-         heads * g.items_per_head / (ipw * 2) >= want_warps)
-    ipw *= 2;
+  const int ipw = per(int64_t(resident_warps_per_sm<T, kLayout, kDk, kP>()) * sms);
   const int warps_per_head = (g.items_per_head + ipw - 1) / ipw;
   // Largest power-of-two block up to 8 warps that the head's warps fill,
   // halved while the grid would leave SMs short of blocks (split V across
@@ -579,13 +641,16 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
   const int64_t blocks = p.batch * p.num_v_heads * g.blocks_per_head;
   const FastDiv by_head_map(unsigned(p.head_map == HeadMap::kInterleaved ? p.num_v_heads / p.num_k_heads
                                                                          : p.num_k_heads));
+  resident_warps_per_sm<T, kLayout, kDk, kP>();  // once: the shared-memory limit is raised
   if constexpr (kLayout == Layout::kKV) {
     // The block shape is the tile's, whatever g.warps_per_block says.
-    decode_kv_kernel<T, kDk, kP><<<dim3(unsigned(blocks)), dim3(KvSmemTile<T, kDk, kP>::kThreads), 0, stream>>>(
+    decode_kv_kernel<T, kDk, kP><<<dim3(unsigned(blocks)), dim3(KvSmemTile<T, kDk, kP>::kThreads),
+                                   smem_bytes<T, kLayout, kDk, kP>(kP), stream>>>(
         p, g.items_per_head, g.items_per_warp, FastDiv(unsigned(g.blocks_per_head)), FastDiv(unsigned(p.num_v_heads)),
         by_head_map, scale);
   } else {
-    decode_kernel<T, kLayout, kDk, kP><<<dim3(unsigned(blocks)), dim3(g.warps_per_block * kWarp), 0, stream>>>(
+    decode_kernel<T, kLayout, kDk, kP><<<dim3(unsigned(blocks)), dim3(g.warps_per_block * kWarp),
+                                         smem_bytes<T, kLayout, kDk, kP>(g.warps_per_block), stream>>>(
         p, g.items_per_head, g.items_per_warp, FastDiv(unsigned(g.blocks_per_head)),
         FastDiv(unsigned(p.num_v_heads)), by_head_map, scale);
   }
