@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Install what gdnkit needs on Debian 12 (idempotent: does nothing when all is there).
 # CUDA comes with the machine (/usr/local/cuda); everything else is Debian's.
+# clang-19 builds the HIP backend's AMD code objects, gfx942 (MI300) included;
+# clang-15 alone would build gfx908 and gfx90a only.
 set -euo pipefail
 
 packages=(cmake ninja-build g++ libgtest-dev libbenchmark-dev nlohmann-json3-dev python3-numpy
-          hipcc libamdhip64-dev rocm-device-libs clang-15 lld-15 libtrilinos-kokkos-dev)
+          hipcc libamdhip64-dev rocm-device-libs clang-15 lld-15 libtrilinos-kokkos-dev
+          clang-19 lld-19 llvm-19 clang-tools-19 libclang-rt-19-dev
+          python3-dev python3-venv)
 
 missing=()
 for p in "${packages[@]}"; do

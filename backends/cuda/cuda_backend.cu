@@ -1,7 +1,9 @@
 // CUDA backend: the BackendOps table, device queries, and the one dispatch
 // from runtime values (state dtype, layout, Dk) to a kernel instantiation.
-#include <cuda_runtime.h>
-
+//
+// Compiled twice when the HIP backend is built: as itself (gdn::cuda_backend,
+// "cuda") and as HIP (GDN_HIP: gdn::hip_backend, "hip", kernels in gdn::hip,
+// runtime names mapped by ../hip/vendor_hip.hpp).
 #include <cstdio>
 #include <mutex>
 
@@ -9,8 +11,20 @@
 #include "gdnkit/backend.hpp"
 #include "gdnkit/gdnkit.hpp"
 
+#if defined(GDN_HIP)
+#define GDN_BACKEND_FN hip_backend
+#define GDN_BACKEND_ID Backend::kHip
+#define GDN_BACKEND_NAME "hip"
+#define GDN_VENDOR "HIP"
+#else
+#define GDN_BACKEND_FN cuda_backend
+#define GDN_BACKEND_ID Backend::kCuda
+#define GDN_BACKEND_NAME "cuda"
+#define GDN_VENDOR "CUDA"
+#endif
+
 namespace gdn {
-namespace cuda {
+namespace GDN_KERNEL_NS {
 namespace {
 
 constexpr int kMaxDevices = 64;
@@ -28,25 +42,32 @@ const Devices& devices() {
     Devices r;
     r.error = cudaGetDeviceCount(&r.count);
     if (r.error != cudaSuccess) {
-      cudaGetLastError();  // clear the sticky error: no driver is not a failure of later calls
+      (void)cudaGetLastError();  // clear the sticky error: no driver is not a failure of later calls
       r.count = 0;
       return r;
     }
     for (int i = 0; i < r.count && i < kMaxDevices; ++i)
-      cudaDeviceGetAttribute(&r.sms[i], cudaDevAttrMultiProcessorCount, i);
+      if (cudaDeviceGetAttribute(&r.sms[i], cudaDevAttrMultiProcessorCount, i) != cudaSuccess) r.sms[i] = 0;
     return r;
   }();
   return d;
 }
+
+// What this build carries, for `gdn info` on a machine without the GPU.
+#if defined(GDN_HIP_TARGETS)
+constexpr const char* kBuiltFor = "; built for " GDN_HIP_TARGETS;
+#else
+constexpr const char* kBuiltFor = "";
+#endif
 
 bool cuda_available(char* why, size_t why_size) {
   const Devices& d = devices();
   if (d.count > 0) return true;
   if (why != nullptr && why_size > 0) {
     if (d.error != cudaSuccess)
-      std::snprintf(why, why_size, "no CUDA device (%s)", cudaGetErrorString(d.error));
+      std::snprintf(why, why_size, "no " GDN_VENDOR " device (%s)%s", cudaGetErrorString(d.error), kBuiltFor);
     else
-      std::snprintf(why, why_size, "no CUDA device");
+      std::snprintf(why, why_size, "no " GDN_VENDOR " device%s", kBuiltFor);
   }
   return false;
 }
@@ -56,17 +77,17 @@ Status cuda_can_implement(const DecodeParams& p) {
   const size_t elem = dtype_size(p.state_dtype);
   if (reinterpret_cast<uintptr_t>(p.state) % 16 != 0)
     return make_status(StatusCode::kUnsupported,
-                       "state: address %p is not 16-byte aligned (the CUDA backend moves the state "
+                       "state: address %p is not 16-byte aligned (the " GDN_BACKEND_NAME " backend moves the state "
                        "in 16-byte vectors)",
                        p.state);
   if (p.num_slots > 1 && (p.state_slot_stride * int64_t(elem)) % 16 != 0)
     return make_status(StatusCode::kUnsupported,
-                       "state_slot_stride: %lld elements is not a multiple of 16 bytes (the CUDA "
+                       "state_slot_stride: %lld elements is not a multiple of 16 bytes (the " GDN_BACKEND_NAME " "
                        "backend moves the state in 16-byte vectors)",
                        (long long)p.state_slot_stride);
   if (p.batch * p.num_v_heads * 16 > int64_t(0x7fffffff))
     return make_status(StatusCode::kUnsupported,
-                       "batch: %lld rows x %d v-heads exceeds the CUDA grid limit",
+                       "batch: %lld rows x %d v-heads exceeds the " GDN_VENDOR " grid limit",
                        (long long)p.batch, p.num_v_heads);
   return Status::success();
 }
@@ -96,16 +117,16 @@ Status cuda_decode(const DecodeParams& p) {
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess)
-    return make_status(StatusCode::kBackendError, "cuda: cudaGetDevice: %s", cudaGetErrorString(err));
+    return make_status(StatusCode::kBackendError, GDN_BACKEND_NAME ": cudaGetDevice: %s", cudaGetErrorString(err));
   const int sms = dev < kMaxDevices && devices().sms[dev] > 0 ? devices().sms[dev] : 108;
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   switch (p.state_dtype) {
     case DType::kF32: err = run_state<float>(p, sms, stream); break;
-    case DType::kBF16: err = run_state<__nv_bfloat16>(p, sms, stream); break;
-    case DType::kF16: err = run_state<__half>(p, sms, stream); break;
+    case DType::kBF16: err = run_state<bf16>(p, sms, stream); break;
+    case DType::kF16: err = run_state<fp16>(p, sms, stream); break;
   }
   if (err != cudaSuccess)
-    return make_status(StatusCode::kBackendError, "cuda: kernel launch failed: %s",
+    return make_status(StatusCode::kBackendError, GDN_BACKEND_NAME ": kernel launch failed: %s",
                        cudaGetErrorString(err));
   return Status::success();
 }
@@ -113,13 +134,13 @@ Status cuda_decode(const DecodeParams& p) {
 void* cuda_alloc(size_t bytes) {
   void* ptr = nullptr;
   if (cudaMalloc(&ptr, bytes ? bytes : 1) != cudaSuccess) {
-    cudaGetLastError();
+    (void)cudaGetLastError();
     return nullptr;
   }
   return ptr;
 }
 
-void cuda_release(void* ptr) { cudaFree(ptr); }
+void cuda_release(void* ptr) { (void)cudaFree(ptr); }
 
 Status cuda_copy(void* dst, const void* src, size_t bytes, CopyKind kind) {
   const cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
@@ -127,14 +148,14 @@ Status cuda_copy(void* dst, const void* src, size_t bytes, CopyKind kind) {
                                                              : cudaMemcpyDeviceToDevice;
   const cudaError_t err = cudaMemcpy(dst, src, bytes, k);
   if (err != cudaSuccess)
-    return make_status(StatusCode::kBackendError, "cuda: cudaMemcpy: %s", cudaGetErrorString(err));
+    return make_status(StatusCode::kBackendError, GDN_BACKEND_NAME ": cudaMemcpy: %s", cudaGetErrorString(err));
   return Status::success();
 }
 
 Status cuda_sync(void* stream) {
   const cudaError_t err = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
   if (err != cudaSuccess)
-    return make_status(StatusCode::kBackendError, "cuda: %s", cudaGetErrorString(err));
+    return make_status(StatusCode::kBackendError, GDN_BACKEND_NAME ": %s", cudaGetErrorString(err));
   return Status::success();
 }
 
@@ -144,20 +165,28 @@ void cuda_describe(char* buf, size_t size) {
   for (int i = 0; i < devices().count && used + 1 < size; ++i) {
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
-    used += size_t(std::snprintf(buf + used, size - used, "%sdevice %d: %s, sm_%d%d, %d SMs, %.1f GiB",
-                                 i ? "; " : "", i, prop.name, prop.major, prop.minor,
-                                 prop.multiProcessorCount, double(prop.totalGlobalMem) / (1 << 30)));
+#if defined(GDN_AMD)
+    char arch[64];
+    std::snprintf(arch, sizeof arch, "%s", prop.gcnArchName);
+#else
+    char arch[64];
+    std::snprintf(arch, sizeof arch, "sm_%d%d", prop.major, prop.minor);
+#endif
+    used += size_t(std::snprintf(buf + used, size - used, "%sdevice %d: %s, %s, %d SMs, %.1f GiB, %d-lane warps",
+                                 i ? "; " : "", i, prop.name, arch, prop.multiProcessorCount,
+                                 double(prop.totalGlobalMem) / (1 << 30), kWarp));
   }
 }
 
 }  // namespace
-}  // namespace cuda
+}  // namespace GDN_KERNEL_NS
 
-const BackendOps* cuda_backend() {
+const BackendOps* GDN_BACKEND_FN() {
   static const BackendOps ops = [] {
+    namespace cuda = GDN_KERNEL_NS;
     BackendOps o;
-    o.id = Backend::kCuda;
-    o.name = "cuda";
+    o.id = GDN_BACKEND_ID;
+    o.name = GDN_BACKEND_NAME;
     o.available = cuda::cuda_available;
     o.can_implement = cuda::cuda_can_implement;
     o.decode = cuda::cuda_decode;

@@ -1,8 +1,8 @@
-// Instantiations for f16 state (one file per state dtype keeps builds parallel).
+// The kernels for one state dtype (one file each, so they compile in parallel).
 #include "decode_kernel_impl.cuh"
 
 namespace gdn {
-namespace cuda {
-GDN_INSTANTIATE_DECODE(__half)
-}  // namespace cuda
+namespace GDN_KERNEL_NS {
+GDN_INSTANTIATE_DECODE(fp16)
+}  // namespace GDN_KERNEL_NS
 }  // namespace gdn

@@ -82,18 +82,80 @@
 //   one lane that holds its sum.
 #pragma once
 
+// One source, two vendors: compiled as HIP (GDN_HIP) the vendor header maps
+// the CUDA names and sets the HIP code paths (../hip/vendor_hip.hpp).
+#if defined(GDN_HIP)
+#include "../hip/vendor_hip.hpp"
+#else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#define GDN_KERNEL_NS cuda
+#define GDN_WARP_SIZE 32
+#define GDN_PHYSICAL_WARP 32
+// Shared memory a block may opt in to (sm_90: 227 KiB; the ring needs at
+// most 110 KiB, at kv Dk = 256 with two stages).
+#define GDN_MAX_BLOCK_SMEM (227 * 1024)
+namespace gdn {
+namespace cuda {
+using bf16 = __nv_bfloat16;
+using fp16 = __half;
+__device__ __forceinline__ float bf16_to_float(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ bf16 float_to_bf16(float f) { return __float2bfloat16_rn(f); }
+}  // namespace GDN_KERNEL_NS
+}  // namespace gdn
+#endif
 
 #include <cstdint>
 
 #include "gdnkit/params.hpp"
 
 namespace gdn {
-namespace cuda {
+namespace GDN_KERNEL_NS {
 
-constexpr int kWarp = 32;
+// The warp size every lane and tile constant derives from: 32 on NVIDIA, 64
+// on AMD gfx9. A build for NVIDIA may ask for a 64-lane *logical* warp
+// (GDN_WARP_SIZE=64 with the HIP source path): two physical warps that
+// exchange through shared memory wherever a shuffle crosses them, so the
+// wave64 index arithmetic runs, and is tested, on an NVIDIA GPU.
+constexpr int kWarp = GDN_WARP_SIZE;
+static_assert(kWarp == 32 || kWarp == 64, "warp size: 32 or 64 lanes");
+static_assert(kWarp % GDN_PHYSICAL_WARP == 0, "a logical warp is whole physical warps");
+
+// ---- shuffles over a (logical) warp of kWarp lanes ---------------------------
+// Every call is made by all kWarp lanes of the warp (no divergence), as the
+// reductions below require.
+#if GDN_WARP_SIZE > GDN_PHYSICAL_WARP
+// Largest block the kernels launch (8 warps), in threads.
+constexpr int kMaxBlockThreads = 8 * kWarp;
+// x of logical lane `src` of this thread's logical warp, through shared
+// memory: each thread posts x, the warp's two halves meet at a named barrier
+// (id 1 + logical warp; 0 is __syncthreads'), read, and meet again before
+// the slots can be reused.
+__device__ __forceinline__ float exchange_lanes(float x, int src) {
+  __shared__ float post[kMaxBlockThreads];
+  const unsigned first = threadIdx.x & ~unsigned(kWarp - 1);
+  const unsigned id = 1 + threadIdx.x / kWarp;
+  post[threadIdx.x] = x;
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(kWarp) : "memory");
+  const float y = post[first + unsigned(src)];
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(kWarp) : "memory");
+  return y;
+}
+__device__ __forceinline__ float warp_shfl_xor(float x, int off) {
+  // Offsets inside a physical warp stay shuffles; wider ones cross halves.
+  if (off < GDN_PHYSICAL_WARP) return __shfl_xor_sync(0xffffffffu, x, off);
+  return exchange_lanes(x, int(threadIdx.x % kWarp) ^ off);
+}
+__device__ __forceinline__ float warp_shfl(float x, int src) { return exchange_lanes(x, src); }
+#elif defined(GDN_AMD)
+// A wave64 shuffle (ds_bpermute / DPP): HIP's width-64 forms.
+__device__ __forceinline__ float warp_shfl_xor(float x, int off) { return __shfl_xor(x, off, kWarp); }
+__device__ __forceinline__ float warp_shfl(float x, int src) { return __shfl(x, src, kWarp); }
+#else
+__device__ __forceinline__ float warp_shfl_xor(float x, int off) { return __shfl_xor_sync(0xffffffffu, x, off); }
+__device__ __forceinline__ float warp_shfl(float x, int src) { return __shfl_sync(0xffffffffu, x, src); }
+#endif
 
 // ---- element conversions ----------------------------------------------------
 template <typename T> struct Elem;
@@ -101,13 +163,13 @@ template <> struct Elem<float> {
   static __device__ __forceinline__ float to_float(float x) { return x; }
   static __device__ __forceinline__ float from_float(float x) { return x; }
 };
-template <> struct Elem<__half> {
-  static __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-  static __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
+template <> struct Elem<fp16> {
+  static __device__ __forceinline__ float to_float(fp16 x) { return __half2float(x); }
+  static __device__ __forceinline__ fp16 from_float(float x) { return __float2half_rn(x); }
 };
-template <> struct Elem<__nv_bfloat16> {
-  static __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-  static __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
+template <> struct Elem<bf16> {
+  static __device__ __forceinline__ float to_float(bf16 x) { return bf16_to_float(x); }
+  static __device__ __forceinline__ bf16 from_float(float x) { return float_to_bf16(x); }
 };
 
 // Loads and stores of the small tensors (q, k, v, a, b, o): their dtype is a
@@ -119,8 +181,8 @@ template <typename F>
 __device__ __forceinline__ void with_dtype(DType t, F&& f) {
   switch (t) {
     case DType::kF32: f(float{}); return;
-    case DType::kF16: f(__half{}); return;
-    default: f(__nv_bfloat16{}); return;
+    case DType::kF16: f(fp16{}); return;
+    default: f(bf16{}); return;
   }
 }
 
@@ -159,8 +221,8 @@ __device__ __forceinline__ void load_run(const E* ptr, float* x) {
 __device__ __forceinline__ void store_any(void* base, DType t, int64_t i, float x) {
   switch (t) {
     case DType::kF32: static_cast<float*>(base)[i] = x; return;
-    case DType::kF16: static_cast<__half*>(base)[i] = __float2half_rn(x); return;
-    default: static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(x); return;
+    case DType::kF16: static_cast<fp16*>(base)[i] = __float2half_rn(x); return;
+    default: static_cast<bf16*>(base)[i] = float_to_bf16(x); return;
   }
 }
 
@@ -176,26 +238,30 @@ __device__ __forceinline__ int64_t load_index(const void* base, IndexType t, int
 // warps an SM instead of 24/16 (bench/RESULTS.md: bf16 vk B = 128 1.29x ->
 // 1.16x the copy floor). `valid` false writes 16 zero bytes and reads nothing
 // (src-size 0), which is how rows past Dk and columns past Dv become zeros.
+#if !defined(GDN_NO_ASYNC_COPY) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define GDN_ASYNC_COPY 1
+#endif
 __device__ __forceinline__ void copy16_async(void* smem, const void* gmem, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if GDN_ASYNC_COPY
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0)
                : "memory");
 #else
-  // Older targets: a plain load and store (same values, no overlap).
+  // AMD (no cp.async) and older targets: a plain load and store (same
+  // values; the copy completes before the next instruction needs it).
   *static_cast<uint4*>(smem) = valid ? *static_cast<const uint4*>(gmem) : make_uint4(0, 0, 0, 0);
 #endif
 }
 // Close the group of copies issued since the last commit (one group per item).
 __device__ __forceinline__ void async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if GDN_ASYNC_COPY
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 #endif
 }
 // Wait until at most kPending groups of this thread are still in flight.
 template <int kPending>
 __device__ __forceinline__ void async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if GDN_ASYNC_COPY
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 #endif
 }
@@ -205,11 +271,16 @@ __device__ __forceinline__ void async_wait() {
 // stage gained at most 2% at B = 512 for vk, lost 4% at B = 8, and made kv
 // slower everywhere from B = 8 up (bf16 B = 512 1.28x -> 1.55x; four stages
 // worse still). GDN_VK_STAGES / GDN_KV_STAGES override them for tune_cuda.
+// Without cp.async (HIP) one stage: a second would only cost LDS.
 #ifndef GDN_VK_STAGES
+#if defined(GDN_NO_ASYNC_COPY)
+#define GDN_VK_STAGES 1
+#else
 #define GDN_VK_STAGES 2
 #endif
+#endif
 #ifndef GDN_KV_STAGES
-#define GDN_KV_STAGES 2
+#define GDN_KV_STAGES GDN_VK_STAGES
 #endif
 constexpr int kStages = GDN_VK_STAGES;
 constexpr int kKvStages = GDN_KV_STAGES;
@@ -319,5 +390,5 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp = 4);
 template <typename T, Layout kLayout, int kDk, int kP>
 cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t stream);
 
-}  // namespace cuda
+}  // namespace GDN_KERNEL_NS
 }  // namespace gdn

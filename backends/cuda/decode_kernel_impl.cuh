@@ -5,23 +5,18 @@
 #include "decode_kernel.cuh"
 
 namespace gdn {
-namespace cuda {
+namespace GDN_KERNEL_NS {
 
-// Sum over the `kSpan` lanes that differ only in bits [kLow, kLow * kSpan):
-// a fixed butterfly, so the order never depends on the launch.
-template <int kLow, int kSpan>
-__device__ __forceinline__ float reduce_lanes(float x) {
-#pragma unroll
-  for (int off = kLow * kSpan / 2; off >= kLow; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
-  return x;
-}
-
+// Sums over the `kSpan` lanes that differ only in bits [kLow, kLow * kSpan)
+// run as fixed butterflies (warp_shfl_xor, decode_kernel.cuh), so the order
+// never depends on the launch.
 // The same butterfly for kC values at once, with fewer shuffles: at each of
 // the first log2(kC) steps a lane keeps half of its values and sends the other
 // half, so the values sum in kC - 1 + log2(kSpan / kC) shuffles instead of
 // kC * log2(kSpan). Each value still sums, at every step, its own partial plus
-// the partner's over the same lanes in the same order as reduce_lanes, so the
-// sums are bitwise those of reduce_lanes. Lane l ends up with the sum of value
+// the partner's over the same lanes in the same order as a one-value
+// butterfly would, so the sums are bitwise that butterfly's. Lane l ends up
+// with the sum of value
 //   col(l) = (l / kStride) % kC,   kStride = kLow * kSpan / kC
 // (the bits of the first log2(kC) offsets, highest first, name the value).
 template <int kLow, int kSpan, int kC>
@@ -38,11 +33,11 @@ __device__ __forceinline__ float reduce_scatter(const float (&v)[kC], int lane) 
     for (int k = 0; k < n / 2; ++k) {
       const float keep = upper ? x[k + n / 2] : x[k];
       const float send = upper ? x[k] : x[k + n / 2];
-      x[k] = keep + __shfl_xor_sync(0xffffffffu, send, off);
+      x[k] = keep + warp_shfl_xor(send, off);
     }
   }
 #pragma unroll
-  for (int off = kLow * kSpan / (2 * kC); off >= kLow; off /= 2) x[0] += __shfl_xor_sync(0xffffffffu, x[0], off);
+  for (int off = kLow * kSpan / (2 * kC); off >= kLow; off /= 2) x[0] += warp_shfl_xor(x[0], off);
   return x[0];
 }
 
@@ -54,7 +49,7 @@ __device__ __forceinline__ void all_gather(float x, int lane, float (&v)[kC]) {
   constexpr int kStride = kLow * kSpan / kC;
   const int base = lane & ~((kC - 1) * kStride);
 #pragma unroll
-  for (int c = 0; c < kC; ++c) v[c] = __shfl_sync(0xffffffffu, x, base | (c * kStride));
+  for (int c = 0; c < kC; ++c) v[c] = warp_shfl(x, base | (c * kStride));
 }
 
 // Per-block prologue shared by both layouts: slots, padding, counting.
@@ -140,7 +135,7 @@ __device__ __forceinline__ void l2_normalize(const DecodeParams& p, int lane, fl
 // warps' ring copies are in flight at once. Before the ring (next items held
 // in registers) these kernels needed 80 and 118 registers: 24 and 16 warps.
 template <typename T, Layout kLayout, int kDk, int kP>
-__global__ void __launch_bounds__(256, sizeof(T) == 4 ? 4 : 3)
+__global__ void __launch_bounds__(8 * kWarp, (sizeof(T) == 4 ? 1024 : 768) / (8 * kWarp))
     decode_kernel(const __grid_constant__ DecodeParams p, int items_per_head, int items_per_warp,
                   FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale) {
   // The vk kernel (kv runs decode_kv_kernel below).
@@ -387,7 +382,7 @@ __global__ void __launch_bounds__(256, sizeof(T) == 4 ? 4 : 3)
 // reached by all threads: the only early return (padding row) is uniform
 // over the block.
 template <typename T, int kDk, int kW>
-__global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 32 / kW : 1)
+__global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) : 1)
     decode_kv_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
                      FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale) {
   using Tile = KvSmemTile<T, kDk, kW>;
@@ -583,13 +578,17 @@ int resident_warps_per_sm() {
     const int w = kLayout == Layout::kKV ? kP : 8;
     const size_t smem = smem_bytes<T, kLayout, kDk, kP>(w);
     const void* k = kernel_of<T, kLayout, kDk, kP>();
-    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    static_assert(smem_bytes<T, kLayout, kDk, kP>(8) <= GDN_MAX_BLOCK_SMEM, "the ring exceeds a block's shared memory");
+    // Failures here only cost speed (the launch reports any real error).
+    (void)cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+#if !defined(GDN_AMD)
     // All of the unified L1/shared array as shared memory: the ring, not L1,
     // holds the state, and the kv ring needs it for 4 blocks an SM.
-    cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared));
+    (void)cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared));
+#endif
     int blocks = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, w * kWarp, smem) != cudaSuccess || blocks < 1) {
-      cudaGetLastError();
+      (void)cudaGetLastError();
       blocks = 1;
     }
     return blocks * w;
@@ -671,5 +670,5 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
   GDN_INSTANTIATE_DECODE_ONE(T, Layout::kKV, 128)     \
   GDN_INSTANTIATE_DECODE_ONE(T, Layout::kKV, 256)
 
-}  // namespace cuda
+}  // namespace GDN_KERNEL_NS
 }  // namespace gdn

@@ -1,0 +1,96 @@
+// The HIP vendor header: what the CUDA backend's sources (../cuda) need to
+// compile as the HIP backend, in the manner of ggml's vendors/hip.h. Those
+// sources keep CUDA's names; this header is included instead of the CUDA
+// headers when GDN_HIP is defined, and
+// - on AMD (clang -x hip: __HIP__; GDN_AMD below) maps the CUDA runtime names
+//   the backend uses to HIP's, and sets the wavefront size to 64 (gfx9:
+//   MI100, MI200, MI300);
+// - on NVIDIA (GDN_HIP_ON_NVIDIA, nvcc) keeps the CUDA runtime, so that the
+//   HIP code paths (no cp.async, one ring stage, the 64 KiB LDS budget, the
+//   warp-size constant, and with GDN_WARP_SIZE=64 a 64-lane logical warp made
+//   of two warps) run and are tested on an NVIDIA GPU (HIP's own NVIDIA
+//   headers do not compile with CUDA 13).
+// Either way the kernels live in namespace gdn::hip, so one library can hold
+// the CUDA backend and the HIP-source backend side by side.
+#pragma once
+
+#define GDN_KERNEL_NS hip
+// No cp.async on AMD: the state is staged through shared memory by plain
+// loads and stores, so a second ring stage would only cost LDS.
+#define GDN_NO_ASYNC_COPY 1
+// LDS a block may use (AMD gfx9: 64 KiB a workgroup and a CU).
+#define GDN_MAX_BLOCK_SMEM (64 * 1024)
+
+#if defined(__HIP__)
+#include <hip/hip_fp16.h>
+#include <hip/hip_runtime.h>
+#define GDN_AMD 1
+
+// gfx9 wavefronts are 64 lanes (the device-side __AMDGCN_WAVEFRONT_SIZE is
+// not visible to host code, which needs the same constant to plan launches).
+#ifndef GDN_WARP_SIZE
+#define GDN_WARP_SIZE 64
+#endif
+#define GDN_PHYSICAL_WARP 64
+
+// CUDA attribute HIP lacks: parameters are in constant memory anyway.
+#define __grid_constant__
+
+// Runtime names the backend uses.
+#define cudaError_t hipError_t
+#define cudaSuccess hipSuccess
+#define cudaStream_t hipStream_t
+#define cudaGetLastError hipGetLastError
+#define cudaGetErrorString hipGetErrorString
+#define cudaGetDeviceCount hipGetDeviceCount
+#define cudaGetDevice hipGetDevice
+#define cudaDeviceGetAttribute hipDeviceGetAttribute
+#define cudaDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
+#define cudaDeviceProp hipDeviceProp_t
+#define cudaGetDeviceProperties hipGetDeviceProperties
+#define cudaMalloc hipMalloc
+#define cudaFree hipFree
+#define cudaMemcpy hipMemcpy
+#define cudaMemcpyKind hipMemcpyKind
+#define cudaMemcpyHostToDevice hipMemcpyHostToDevice
+#define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
+#define cudaStreamSynchronize hipStreamSynchronize
+#define cudaFuncSetAttribute hipFuncSetAttribute
+#define cudaFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
+#define cudaOccupancyMaxActiveBlocksPerMultiprocessor hipOccupancyMaxActiveBlocksPerMultiprocessor
+
+#elif defined(GDN_HIP_ON_NVIDIA)
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#ifndef GDN_WARP_SIZE
+#define GDN_WARP_SIZE 32
+#endif
+#define GDN_PHYSICAL_WARP 32
+
+#else
+#error "vendor_hip.hpp: compile with a HIP compiler for AMD, or define GDN_HIP_ON_NVIDIA"
+#endif
+
+namespace gdn {
+namespace hip {
+
+// bf16 as 16 raw bits: ROCm 5.2's hip_bfloat16 is a class with host-side
+// rounding helpers that differ across ROCm releases; the kernels need only
+// the two conversions below (round to nearest even, as CUDA's
+// __float2bfloat16_rn, NaN kept quiet).
+struct bf16 {
+  unsigned short bits;
+};
+__device__ __forceinline__ float bf16_to_float(bf16 x) { return __uint_as_float(unsigned(x.bits) << 16); }
+__device__ __forceinline__ bf16 float_to_bf16(float f) {
+  const unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{static_cast<unsigned short>((u >> 16) | 0x40u)};
+  // round to nearest, ties to even: add 0x7fff plus the lowest kept bit
+  return bf16{static_cast<unsigned short>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+using fp16 = __half;
+
+}  // namespace hip
+}  // namespace gdn
