@@ -19,3 +19,6 @@ BUILD_DIR=build-asan bash ci/build.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGDNKIT
   -DGDNKIT_ENABLE_CUDA=OFF -DGDNKIT_ENABLE_HIP=OFF -DGDNKIT_BUILD_BENCH=OFF
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure --parallel "$jobs" -E consumer
+
+echo "== Python package: pip install . into a fresh venv, pytest (numpy path; torch tests skip without torch)"
+bash python/run_tests.sh

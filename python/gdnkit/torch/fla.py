@@ -1,0 +1,118 @@
+"""Drop-in for FLA's fused_recurrent_gated_delta_rule (flash-linear-attention), decode use.
+
+FLA (fla/ops/gated_delta_rule/fused_recurrent.py), as Hugging Face's Qwen3-Next calls it:
+
+    from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+    o, state = fused_recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, initial_state=state,
+                                                output_final_state=True, use_qk_l2norm_in_kernel=True)
+
+here:
+
+    from gdnkit.torch.fla import fused_recurrent_gated_delta_rule
+
+Same arguments and results: q, k [B, T, H, K], v [B, T, HV, V], g [B, T, HV] (log-space
+decay, precomputed), beta [B, T, HV] (after the sigmoid; None = 1), initial_state
+[N, HV, K, V] (gdnkit's "kv" layout; not modified), returns (o like v, final_state
+[N, HV, K, V] float32 or None). l2norm x / sqrt(sum x^2 + 1e-6) when
+use_qk_l2norm_in_kernel; scale None = K**-0.5. T > 1 runs one gdnkit step per token
+(correct, not fast: this is a decode kernel). With cu_seqlens (B = 1), each of the N
+sequences has one token (cu_seqlens = [0, 1, ..., N]; it is not read).
+
+Not supported (NotImplementedError): gk / gv (per-channel decays), per-channel beta
+[B, T, HV, V], several tokens per sequence together with cu_seqlens.
+
+Positional order: q, k, v, g, beta, scale, initial_state, output_final_state,
+use_qk_l2norm_in_kernel, cu_seqlens; newer FLA releases put gk, gv between g and beta,
+so pass beta and later arguments by keyword, as FLA's own callers do.
+"""
+import torch
+
+from . import _ops
+
+_WHO = "fused_recurrent_gated_delta_rule"
+
+
+def fused_recurrent_gated_delta_rule(
+    q,
+    k,
+    v,
+    g=None,
+    beta=None,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
+    use_qk_l2norm_in_kernel=False,
+    cu_seqlens=None,
+    *,
+    gk=None,
+    gv=None,
+):
+    """FLA's signature and semantics; returns (o, final_state or None)."""
+    if gk is not None or gv is not None:
+        raise NotImplementedError(f"{_WHO}: gk / gv (per-channel decays) are not supported by gdnkit")
+    B, T, H, K = k.shape
+    HV, V = v.shape[2], v.shape[3]
+    if cu_seqlens is not None:
+        if q.shape[0] != 1:
+            raise ValueError(
+                f"The batch size is expected to be 1 rather than {q.shape[0]} when using `cu_seqlens`."
+                f"Please flatten variable-length inputs before processing."
+            )
+        N = cu_seqlens.shape[0] - 1
+        if initial_state is not None and initial_state.shape[0] != N:
+            raise ValueError(
+                f"The number of initial states is expected to be equal to the number of input "
+                f"sequences, i.e., {N} rather than {initial_state.shape[0]}."
+            )
+        if T != N:
+            raise NotImplementedError(
+                f"{_WHO}: with cu_seqlens gdnkit runs one token per sequence; got {T} tokens "
+                f"for {N} sequences"
+            )
+        steps = 1  # [1, N, ...]: the N tokens are the rows of one step
+    else:
+        N = B
+        steps = T
+    if scale is None:
+        scale = K**-0.5
+    if g is None:
+        g = torch.zeros(v.shape[:-1], dtype=torch.float32, device=v.device)  # no decay
+    if beta is None:
+        beta = torch.ones(v.shape[:-1], dtype=torch.float32, device=v.device)
+    elif beta.ndim == v.ndim:
+        raise NotImplementedError(f"{_WHO}: per-channel beta [B, T, HV, V] is not supported by gdnkit")
+    if g.dtype != beta.dtype:
+        g, beta = g.float(), beta.float()
+    if g.stride(-1) != 1:
+        g = g.contiguous()
+    if beta.stride(-1) != 1:
+        beta = beta.contiguous()
+    l2norm = _ops.RSQRT if use_qk_l2norm_in_kernel else _ops.NO_NORM
+
+    def step(state, qt, kt, vt, gt, bt, idx, out_idx):
+        return torch.ops.gdnkit.decode(
+            qt, kt, vt, gt, bt, None, None, state, idx, out_idx, None,
+            _ops.KV, _ops.PRECOMPUTED, l2norm, 1e-6, float(scale), _ops.INTERLEAVED, v.dtype)
+
+    if steps == 1 and not output_final_state and initial_state is not None:
+        # Read the caller's state, write nothing: negative write slots.
+        idx = torch.arange(N, dtype=torch.int32, device=q.device)
+        o = step(initial_state, q, k, v, g, beta, idx, torch.full_like(idx, -1))
+        return o.reshape(v.shape), None
+
+    if initial_state is None:
+        state = torch.zeros(N, HV, K, V, dtype=torch.float32, device=q.device)
+    else:
+        state = initial_state.to(torch.float32, memory_format=torch.contiguous_format, copy=True)
+    if steps == 1:
+        o = step(state, q, k, v, g, beta, None, None).reshape(v.shape)
+    else:
+        outs = [
+            step(state, q[:, t], k[:, t], v[:, t], g[:, t], beta[:, t], None, None)
+            for t in range(steps)
+        ]
+        o = torch.stack(outs, dim=1)
+    return o, (state if output_final_state else None)
+
+
+__all__ = ["fused_recurrent_gated_delta_rule"]

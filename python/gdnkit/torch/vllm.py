@@ -1,0 +1,196 @@
+"""Drop-ins for vLLM's GatedDeltaNet decode kernels (Qwen3-Next / Qwen3.5).
+
+vLLM (vllm/model_executor/layers/fla/ops/):
+
+    from vllm.model_executor.layers.fla.ops import fused_sigmoid_gating_delta_rule_update
+    o, state = fused_sigmoid_gating_delta_rule_update(A_log=..., a=a, b=b, dt_bias=..., q=q, k=k, v=v,
+        initial_state=ssm_state, inplace_final_state=True, cu_seqlens=cu, ssm_state_indices=idx,
+        use_qk_l2norm_in_kernel=True)
+
+here:
+
+    from gdnkit.torch.vllm import fused_sigmoid_gating_delta_rule_update
+    # and vLLM's flavour of FLA's kernel (precomputed g and beta):
+    from gdnkit.torch.vllm import fused_recurrent_gated_delta_rule
+
+Same arguments and results, for one token per sequence (decode): q, k [B, T, H, K] and
+v [B, T, HV, V] with B*T = N sequences ([N, 1, ...], or [1, N, ...] with cu_seqlens
+[0, 1, ..., N]); a, b (or g, beta) [N, HV]; the state pool [slots, HV, V, K] (gdnkit's
+"vk" layout, vLLM's current one; pass state_layout="kv" for releases whose pool is
+[slots, HV, K, V]); ssm_state_indices [N] (or [N, T_max]) with -1 for padding rows
+(null_block_id=0 for releases that mark padding with slot 0); returns
+(o [B, T, HV, V] in q's dtype, final_state). fused_sigmoid_gating: g = -exp(A_log) *
+softplus_beta(a + dt_bias), beta = sigmoid(b); l2norm x * rsqrt(sum x^2 + 1e-6) when
+use_qk_l2norm_in_kernel.
+
+Differences: padding rows get a zero output row (vLLM leaves them unwritten); without
+ssm_state_indices row n uses slot n. Not supported (NotImplementedError): more than one
+token per sequence, is_kda=True, per-channel beta, retrieve_parent_token (EAGLE trees),
+softplus thresholds below 15. cu_seqlens is taken to be [0, 1, ..., N] (it is not read,
+so nothing synchronizes with the device).
+"""
+import torch
+
+from . import _ops
+from ._gates import flat_indices, raw_gate_inputs
+
+_WHO = "fused_sigmoid_gating_delta_rule_update"
+_WHO_RECURRENT = "fused_recurrent_gated_delta_rule (vLLM)"
+
+
+def _one_token_per_sequence(q, k, cu_seqlens, who):
+    B, T = k.shape[0], k.shape[1]
+    if cu_seqlens is not None and q.shape[0] != 1:
+        raise ValueError(
+            f"The batch size is expected to be 1 rather than {q.shape[0]} when using "
+            f"`cu_seqlens`. Please flatten variable-length inputs before processing."
+        )
+    N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    if B * T != N:
+        raise NotImplementedError(
+            f"{who}: gdnkit runs one token per sequence (decode); got {B * T} tokens for "
+            f"{N} sequences"
+        )
+    return N
+
+
+def _layout_id(state_layout):
+    if isinstance(state_layout, str):
+        return _ops.LAYOUTS[state_layout.lower()]
+    return int(state_layout)
+
+
+def _slots(ssm_state_indices, num_accepted_tokens, null_block_id, who):
+    """(read, write) slot vectors. vLLM reads ssm_state_indices[n, num_accepted_tokens[n] - 1]
+    and, with T = 1, writes ssm_state_indices[n, 0]. None = row n uses slot n."""
+    if ssm_state_indices is None:
+        return None, None
+    if ssm_state_indices.ndim == 1:
+        if num_accepted_tokens is not None:
+            raise NotImplementedError(f"{who}: num_accepted_tokens needs 2-D ssm_state_indices")
+        read, write = flat_indices(ssm_state_indices), None
+    else:
+        write = flat_indices(ssm_state_indices[:, 0])
+        if num_accepted_tokens is None:
+            read, write = write, None
+        else:
+            col = (num_accepted_tokens.to(torch.int64) - 1).reshape(-1, 1)
+            read = flat_indices(torch.gather(ssm_state_indices, 1, col))
+    if null_block_id is not None:  # releases that mark padding with a null slot (<= id)
+        read = torch.where(read <= null_block_id, -1, read)
+        if write is not None:
+            write = torch.where(write <= null_block_id, -1, write)
+    if write is not None and write.dtype != read.dtype:
+        write = write.to(read.dtype)
+    return read, write
+
+
+def _decode(who, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_state, inplace_final_state,
+            cu_seqlens, ssm_state_indices, num_accepted_tokens, use_qk_l2norm_in_kernel,
+            state_layout, null_block_id):
+    N = _one_token_per_sequence(q, k, cu_seqlens, who)
+    K = k.shape[-1]
+    HV, V = v.shape[-2], v.shape[-1]
+    if scale is None:
+        scale = K**-0.5
+    else:
+        assert scale > 0, "scale must be positive"
+    layout = _layout_id(state_layout)
+    l2norm = _ops.RSQRT if use_qk_l2norm_in_kernel else _ops.NO_NORM
+    read_idx, write_idx = _slots(ssm_state_indices, num_accepted_tokens, null_block_id, who)
+
+    def step(state, idx, out_idx):
+        o = torch.ops.gdnkit.decode(
+            q, k, v, a, b, A_log, dt_bias, state, idx, out_idx, None,
+            layout, gate, l2norm, 1e-6, float(scale), _ops.INTERLEAVED, q.dtype)
+        return o.reshape(v.shape)
+
+    if inplace_final_state:
+        if initial_state is None:
+            raise ValueError(f"{who}: inplace_final_state=True needs initial_state (the state pool)")
+        return step(initial_state, read_idx, write_idx), initial_state
+
+    # Out of place: one new state per sequence, [N, HV, ...] in the pool's layout.
+    if initial_state is None:
+        shape = (N, HV, V, K) if layout == _ops.VK else (N, HV, K, V)
+        final_state = torch.zeros(shape, dtype=torch.float32, device=q.device)
+        return step(final_state, None, None), final_state
+    if read_idx is None:
+        final_state = initial_state[:N].clone(memory_format=torch.contiguous_format)
+        return step(final_state, None, None), final_state
+    slots = initial_state.shape[0]
+    valid = (read_idx >= 0) & (read_idx < slots)
+    final_state = initial_state.index_select(0, torch.where(valid, read_idx, 0).to(torch.int64))
+    local = torch.where(valid, torch.arange(N, device=read_idx.device, dtype=read_idx.dtype), -1)
+    return step(final_state, local, None), final_state
+
+
+def fused_sigmoid_gating_delta_rule_update(
+    A_log,
+    a,
+    b,
+    dt_bias,
+    q,
+    k,
+    v,
+    beta=1.0,
+    threshold=20.0,
+    scale=None,
+    initial_state=None,
+    inplace_final_state=True,
+    cu_seqlens=None,
+    ssm_state_indices=None,
+    num_accepted_tokens=None,
+    use_qk_l2norm_in_kernel=False,
+    is_kda=False,
+    *,
+    state_layout="vk",
+    null_block_id=None,
+):
+    """vLLM's signature and semantics for T = 1 per sequence; returns (o, final_state)."""
+    if is_kda:
+        raise NotImplementedError(f"{_WHO}: is_kda=True (per-channel KDA gates) is not supported by gdnkit")
+    A_log, a, b, dt_bias = raw_gate_inputs(A_log, a, b, dt_bias, beta, threshold, _WHO)
+    return _decode(_WHO, q, k, v, a, b, A_log, dt_bias, _ops.RAW, scale, initial_state,
+                   inplace_final_state, cu_seqlens, ssm_state_indices, num_accepted_tokens,
+                   use_qk_l2norm_in_kernel, state_layout, null_block_id)
+
+
+def fused_recurrent_gated_delta_rule(
+    q,
+    k,
+    v,
+    g,
+    beta=None,
+    scale=None,
+    initial_state=None,
+    inplace_final_state=True,
+    cu_seqlens=None,
+    ssm_state_indices=None,
+    num_accepted_tokens=None,
+    retrieve_parent_token=None,
+    use_qk_l2norm_in_kernel=False,
+    *,
+    state_layout="vk",
+    null_block_id=None,
+):
+    """vLLM's fused_recurrent_gated_delta_rule (g in log space and beta precomputed, continuous
+    batching over a state pool) for T = 1 per sequence; returns (o, final_state)."""
+    if retrieve_parent_token is not None:
+        raise NotImplementedError(f"{_WHO_RECURRENT}: retrieve_parent_token (EAGLE trees) is not supported by gdnkit")
+    if beta is None:
+        beta = torch.ones(v.shape[:-1], dtype=g.dtype, device=v.device)
+    elif beta.ndim == v.ndim:
+        raise NotImplementedError(f"{_WHO_RECURRENT}: per-channel beta [B, T, HV, V] is not supported by gdnkit")
+    if g.dtype != beta.dtype:
+        g, beta = g.float(), beta.float()
+    if g.stride(-1) != 1:
+        g = g.contiguous()
+    if beta.stride(-1) != 1:
+        beta = beta.contiguous()
+    return _decode(_WHO_RECURRENT, q, k, v, g, beta, None, None, _ops.PRECOMPUTED, scale,
+                   initial_state, inplace_final_state, cu_seqlens, ssm_state_indices,
+                   num_accepted_tokens, use_qk_l2norm_in_kernel, state_layout, null_block_id)
+
+
+__all__ = ["fused_sigmoid_gating_delta_rule_update", "fused_recurrent_gated_delta_rule"]

@@ -1,0 +1,698 @@
+// gdnkit._gdnkit: the Python extension over the C++ API (gdn::DecodeParams + gdn::decode).
+//
+// Arrays arrive either through DLPack (numpy, torch, CuPy, JAX: anything nanobind's
+// ndarray accepts) or, on the fast path the PyTorch ops use, as raw descriptions
+// (pointer, shape, strides, dtype, device). Both become an ArrayView, and one
+// function (run_decode) turns the views into DecodeParams: shapes are checked
+// against each other here (the library sees only pointers and strides), everything
+// else is left to gdn::validate, whose message is raised unchanged as ValueError.
+//
+// Strides are in elements. The last dimension of every tensor must be contiguous;
+// rows and heads take any stride the library accepts, so views into a packed row,
+// a strided batch or a padded pool work without copies.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+#include "gdnkit/backend.hpp"
+#include "gdnkit/gdnkit.hpp"
+
+#if GDNKIT_PY_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace nb = nanobind;
+
+namespace {
+
+constexpr int kMaxDims = 8;
+
+// DLPack codes (dtype and device) as they appear in a DLTensor.
+constexpr uint8_t kCodeInt = 0, kCodeUInt = 1, kCodeFloat = 2, kCodeBfloat = 4, kCodeBool = 6;
+constexpr int32_t kDevCPU = 1, kDevCUDA = 2, kDevCUDAHost = 3, kDevROCM = 10, kDevROCMHost = 11,
+                  kDevCUDAManaged = 13;
+
+std::string format(const char* fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+std::string format(const char* fmt, ...) {
+  char buf[640];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, args);
+  va_end(args);
+  return buf;
+}
+
+[[noreturn]] void refuse(const std::string& msg) { throw nb::value_error(msg.c_str()); }
+
+// One array as run_decode sees it, whichever way it arrived.
+struct ArrayView {
+  const char* name{""};
+  bool present{false};
+  void* data{nullptr};
+  int ndim{0};
+  int64_t shape[kMaxDims]{};
+  int64_t strides[kMaxDims]{};  // in elements
+  uint8_t code{0};
+  uint8_t bits{0};
+  int32_t dev_type{kDevCPU};
+  int32_t dev_id{0};
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; ++i) n *= shape[i];
+    return n;
+  }
+  std::string list(const int64_t* v) const {
+    std::string s = "(";
+    for (int i = 0; i < ndim; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s + (ndim == 1 ? ",)" : ")");
+  }
+  // Strides of an empty array mean nothing (numpy 2 reports zeros): use row-major ones.
+  void canonicalize_if_empty() {
+    if (numel() != 0) return;
+    int64_t step = 1;
+    for (int i = ndim - 1; i >= 0; --i) {
+      strides[i] = step;
+      step *= shape[i] > 0 ? shape[i] : 1;
+    }
+  }
+  std::string shape_str() const { return list(shape); }
+  std::string strides_str() const { return list(strides); }
+};
+
+const char* dtype_name(uint8_t code, uint8_t bits) {
+  switch (code) {
+    case kCodeFloat:
+      return bits == 32 ? "float32" : bits == 16 ? "float16" : bits == 64 ? "float64" : "float";
+    case kCodeBfloat: return bits == 16 ? "bfloat16" : "bfloat";
+    case kCodeInt:
+      return bits == 32 ? "int32" : bits == 64 ? "int64" : bits == 16 ? "int16"
+             : bits == 8 ? "int8" : "int";
+    case kCodeUInt:
+      return bits == 32 ? "uint32" : bits == 16 ? "uint16" : bits == 64 ? "uint64"
+             : bits == 8 ? "uint8" : "uint";
+    case kCodeBool: return "bool";
+    default: return "an unsupported dtype";
+  }
+}
+
+// Which backend can touch memory of this DLPack device type.
+enum class Space { kHost, kCuda, kRocm, kOther };
+Space space_of(int32_t dev_type) {
+  switch (dev_type) {
+    case kDevCPU:
+    case kDevCUDAHost:
+    case kDevROCMHost: return Space::kHost;
+    case kDevCUDA:
+    case kDevCUDAManaged: return Space::kCuda;
+    case kDevROCM: return Space::kRocm;
+    default: return Space::kOther;
+  }
+}
+std::string device_str(const ArrayView& a) {
+  switch (space_of(a.dev_type)) {
+    case Space::kHost: return "cpu";
+    case Space::kCuda: return format("cuda:%d", a.dev_id);
+    case Space::kRocm: return format("rocm:%d", a.dev_id);
+    default: return format("DLPack device type %d", a.dev_type);
+  }
+}
+
+// The element types gdnkit reads. uint16 arrays are read as raw bfloat16 bits
+// (numpy has no bfloat16: the Python layer passes ml_dtypes arrays as such views).
+bool to_dtype(const ArrayView& a, gdn::DType* out) {
+  if (a.code == kCodeFloat && a.bits == 32) { *out = gdn::DType::kF32; return true; }
+  if (a.code == kCodeFloat && a.bits == 16) { *out = gdn::DType::kF16; return true; }
+  if (a.code == kCodeBfloat && a.bits == 16) { *out = gdn::DType::kBF16; return true; }
+  if (a.code == kCodeUInt && a.bits == 16) { *out = gdn::DType::kBF16; return true; }
+  return false;
+}
+gdn::DType need_dtype(const ArrayView& a) {
+  gdn::DType t{};
+  if (!to_dtype(a, &t))
+    refuse(format("%s: dtype %s is not supported (float32, float16 or bfloat16)", a.name,
+                  dtype_name(a.code, a.bits)));
+  return t;
+}
+
+// ---- shapes -------------------------------------------------------------------
+
+// A (rows, heads, dim) tensor whose last dimension is contiguous.
+struct RHD {
+  int64_t rows{0}, heads{0}, dim{0}, row_stride{0}, head_stride{0};
+};
+
+// Collapse the leading dimensions [0, n) into one row dimension: at most one of
+// them may exceed 1 (one token per sequence: [B, 1, ...] or [1, B, ...]).
+void collapse_rows(const ArrayView& a, int n, int64_t* rows, int64_t* row_stride) {
+  *rows = 1;
+  *row_stride = 0;
+  int big = -1;
+  for (int i = 0; i < n; ++i) {
+    if (a.shape[i] == 1) continue;
+    if (big >= 0)
+      refuse(format("%s: shape %s has more than one leading dimension larger than 1 (one token "
+                    "per sequence: use [B, ...], [B, 1, ...] or [1, B, ...])",
+                    a.name, a.shape_str().c_str()));
+    big = i;
+  }
+  if (n > 0 && a.shape[0] == 0) big = 0;  // empty batch
+  if (big >= 0) {
+    *rows = a.shape[big];
+    *row_stride = a.strides[big];
+  }
+}
+
+void need_contiguous_last(const ArrayView& a) {
+  if (a.ndim >= 1 && a.shape[a.ndim - 1] > 1 && a.strides[a.ndim - 1] != 1)
+    refuse(format("%s: the last dimension must be contiguous (stride 1), got strides %s for "
+                  "shape %s",
+                  a.name, a.strides_str().c_str(), a.shape_str().c_str()));
+}
+
+// (R, H, D), (R, 1, H, D), (1, R, H, D); or flat (R, H*D) when dim_hint > 0.
+RHD as_rhd(const ArrayView& a, int64_t dim_hint) {
+  RHD r;
+  need_contiguous_last(a);
+  if (a.ndim >= 3) {
+    collapse_rows(a, a.ndim - 2, &r.rows, &r.row_stride);
+    r.heads = a.shape[a.ndim - 2];
+    r.head_stride = a.strides[a.ndim - 2];
+    r.dim = a.shape[a.ndim - 1];
+  } else if (a.ndim == 2 && dim_hint > 0) {
+    r.rows = a.shape[0];
+    r.row_stride = a.strides[0];
+    if (a.shape[1] % dim_hint != 0)
+      refuse(format("%s: width %lld is not a multiple of the head dim %lld", a.name,
+                    (long long)a.shape[1], (long long)dim_hint));
+    r.heads = a.shape[1] / dim_hint;
+    r.head_stride = dim_hint;
+    r.dim = dim_hint;
+  } else {
+    refuse(format("%s: expected [B, H, D], [B, 1, H, D] or [B, H*D], got shape %s", a.name,
+                  a.shape_str().c_str()));
+  }
+  // Strides of size-1 dimensions mean nothing (frameworks report anything there).
+  if (r.heads <= 1) r.head_stride = r.dim;
+  if (r.rows <= 1) r.row_stride = r.heads * r.head_stride;
+  return r;
+}
+
+// (R, H): a and b; also (R, 1, H) and (1, R, H).
+void as_rows_heads(const ArrayView& a, int64_t* rows, int64_t* heads, int64_t* row_stride) {
+  if (a.ndim < 2)
+    refuse(format("%s: expected [B, Hv] or [B, 1, Hv], got shape %s", a.name,
+                  a.shape_str().c_str()));
+  need_contiguous_last(a);
+  collapse_rows(a, a.ndim - 1, rows, row_stride);
+  *heads = a.shape[a.ndim - 1];
+  if (*rows <= 1) *row_stride = *heads;
+}
+
+// A 1-D contiguous vector of n elements.
+void need_vector(const ArrayView& a, int64_t n, const char* what) {
+  if (a.ndim != 1 || a.shape[0] != n)
+    refuse(format("%s: expected shape (%lld,) (%s), got %s", a.name, (long long)n, what,
+                  a.shape_str().c_str()));
+  if (n > 1 && a.strides[0] != 1)
+    refuse(format("%s: must be contiguous (stride 1), got stride %lld", a.name,
+                  (long long)a.strides[0]));
+}
+
+struct Options {
+  int layout{int(gdn::Layout::kVK)};
+  int gate{int(gdn::Gate::kRaw)};
+  int l2norm{int(gdn::L2Norm::kRsqrt)};
+  double l2norm_eps{1e-6};
+  double scale{0.0};  // 0: Dk^-0.5
+  int head_map{int(gdn::HeadMap::kInterleaved)};
+  int64_t num_k_heads{0};  // 0: from the shapes
+  uint64_t stream{0};
+};
+
+struct Arrays {
+  ArrayView q, k, v, qkv, a, b, A_log, dt_bias, state, o, idx, out_idx, counter;
+  Arrays() {
+    q.name = "q"; k.name = "k"; v.name = "v"; qkv.name = "qkv";
+    a.name = "a"; b.name = "b"; A_log.name = "A_log"; dt_bias.name = "dt_bias";
+    state.name = "state"; o.name = "out"; idx.name = "state_indices";
+    out_idx.name = "state_out_indices"; counter.name = "invalid_index_count";
+  }
+};
+
+#if GDNKIT_PY_WITH_CUDA
+// The library launches on the current device: make it the arrays' device.
+struct CudaDeviceGuard {
+  int previous{-1};
+  explicit CudaDeviceGuard(int device) {
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    if (cur != device && cudaSetDevice(device) == cudaSuccess) previous = cur;
+  }
+  ~CudaDeviceGuard() {
+    if (previous >= 0) cudaSetDevice(previous);
+  }
+  CudaDeviceGuard(const CudaDeviceGuard&) = delete;
+  CudaDeviceGuard& operator=(const CudaDeviceGuard&) = delete;
+};
+#endif
+
+void raise_status(const gdn::Status& st) {
+  switch (st.code) {
+    case gdn::StatusCode::kOk: return;
+    case gdn::StatusCode::kInvalidArgument:
+    case gdn::StatusCode::kUnsupported: throw nb::value_error(st.message);
+    default: throw std::runtime_error(st.message);
+  }
+}
+
+// Check the arrays against each other, fill DecodeParams, run.
+void run_decode(Arrays& x, const Options& opt) {
+  for (ArrayView* p : {&x.q, &x.k, &x.v, &x.qkv, &x.a, &x.b, &x.o, &x.idx, &x.out_idx})
+    if (p->present) p->canonicalize_if_empty();
+  const bool packed = x.qkv.present;
+  const bool raw_gate = opt.gate == int(gdn::Gate::kRaw);
+  if (packed && (x.q.present || x.k.present || x.v.present))
+    refuse("qkv: give either one packed qkv row or q, k and v, not both");
+  if (!packed && !(x.q.present && x.k.present && x.v.present))
+    refuse("q, k, v: all three are required (or one packed qkv row)");
+  if (!x.a.present) refuse("a: required");
+  if (!x.b.present) refuse("b: required");
+  if (!x.state.present) refuse("state: required");
+  if (!x.o.present) refuse("out: required");
+  if (raw_gate && !x.A_log.present) refuse("A_log: required with the raw gate");
+  if (raw_gate && !x.dt_bias.present) refuse("dt_bias: required with the raw gate");
+  if (x.out_idx.present && !x.idx.present)
+    refuse("state_out_indices: given without state_indices");
+
+  // ---- one device for every array
+  ArrayView* all[] = {&x.state, &x.q, &x.k, &x.v, &x.qkv, &x.a, &x.b, &x.A_log, &x.dt_bias,
+                      &x.o, &x.idx, &x.out_idx, &x.counter};
+  const ArrayView& ref = x.state;
+  const Space space = space_of(ref.dev_type);
+  if (space == Space::kOther)
+    refuse(format("state: arrays on %s are not supported (cpu, cuda or rocm memory)",
+                  device_str(ref).c_str()));
+  for (ArrayView* p : all) {
+    if (!p->present) continue;
+    if (!raw_gate && (p == &x.A_log || p == &x.dt_bias)) continue;  // unused
+    if (space_of(p->dev_type) != space || (space != Space::kHost && p->dev_id != ref.dev_id))
+      refuse(format("%s: on %s, but state is on %s (all arrays must be on one device)", p->name,
+                    device_str(*p).c_str(), device_str(ref).c_str()));
+  }
+  const gdn::Backend backend = space == Space::kHost   ? gdn::Backend::kHost
+                               : space == Space::kCuda ? gdn::Backend::kCuda
+                                                       : gdn::Backend::kHip;
+
+  gdn::DecodeParams p;
+  p.layout = gdn::Layout(opt.layout);
+  p.gate = gdn::Gate(opt.gate);
+  p.l2norm = gdn::L2Norm(opt.l2norm);
+  p.l2norm_eps = float(opt.l2norm_eps);
+  p.scale = float(opt.scale);
+  p.head_map = gdn::HeadMap(opt.head_map);
+  p.stream = reinterpret_cast<void*>(uintptr_t(opt.stream));
+
+  // ---- the pool fixes Hv, Dk, Dv
+  const ArrayView& s = x.state;
+  if (s.ndim != 4)
+    refuse(format("state: expected [num_slots, Hv, %s], got shape %s",
+                  opt.layout == int(gdn::Layout::kKV) ? "Dk, Dv" : "Dv, Dk",
+                  s.shape_str().c_str()));
+  const int64_t Hv = s.shape[1];
+  const bool kv = opt.layout == int(gdn::Layout::kKV);
+  const int64_t Dk = kv ? s.shape[2] : s.shape[3];
+  const int64_t Dv = kv ? s.shape[3] : s.shape[2];
+  if ((s.shape[3] > 1 && s.strides[3] != 1) || (s.shape[2] > 1 && s.strides[2] != s.shape[3]) ||
+      (s.shape[1] > 1 && s.strides[1] != s.shape[2] * s.shape[3]))
+    refuse(format("state: every slot's [Hv, %s] block must be dense and row-major (the slot "
+                  "stride is free), got strides %s for shape %s",
+                  kv ? "Dk, Dv" : "Dv, Dk", s.strides_str().c_str(), s.shape_str().c_str()));
+  p.state_dtype = need_dtype(s);
+  p.state = s.data;
+  p.num_slots = s.shape[0];
+  p.state_slot_stride = s.shape[0] > 1 ? s.strides[0] : Hv * Dk * Dv;
+  p.num_v_heads = int32_t(Hv);
+  p.head_dim_k = int32_t(Dk);
+  p.head_dim_v = int32_t(Dv);
+  if (Hv < 1 || Hv > INT32_MAX || Dk < 1 || Dk > INT32_MAX || Dv < 1 || Dv > INT32_MAX)
+    refuse(format("state: shape %s is out of range", s.shape_str().c_str()));
+
+  // ---- gates fix B
+  int64_t B = 0, heads = 0, bstride = 0;
+  as_rows_heads(x.a, &B, &heads, &bstride);
+  if (heads != Hv)
+    refuse(format("a: %lld heads, but state has Hv=%lld", (long long)heads, (long long)Hv));
+  p.batch = B;
+  p.ab_dtype = need_dtype(x.a);
+  p.a = x.a.data;
+  p.a_batch_stride = bstride;
+  {
+    int64_t rows = 0, h = 0, st = 0;
+    as_rows_heads(x.b, &rows, &h, &st);
+    if (rows != B || h != Hv)
+      refuse(format("b: shape %s does not match a %s", x.b.shape_str().c_str(),
+                    x.a.shape_str().c_str()));
+    if (need_dtype(x.b) != p.ab_dtype)
+      refuse(format("b: dtype %s differs from a's %s (a and b share one dtype)",
+                    dtype_name(x.b.code, x.b.bits), dtype_name(x.a.code, x.a.bits)));
+    p.b = x.b.data;
+    p.b_batch_stride = st;
+  }
+
+  // ---- q, k, v
+  if (packed) {
+    const ArrayView& w = x.qkv;
+    need_contiguous_last(w);
+    if (w.ndim < 2)
+      refuse(format("qkv: expected [B, 2*Hk*Dk + Hv*Dv] or [B, 1, ...], got shape %s",
+                    w.shape_str().c_str()));
+    int64_t rows = 0, rstride = 0;
+    collapse_rows(w, w.ndim - 1, &rows, &rstride);
+    const int64_t width = w.shape[w.ndim - 1];
+    const int64_t key_width = width - Hv * Dv;
+    if (key_width <= 0 || key_width % (2 * Dk) != 0)
+      refuse(format("qkv: width %lld is not 2*Hk*Dk + Hv*Dv for Hv=%lld, Dk=%lld, Dv=%lld",
+                    (long long)width, (long long)Hv, (long long)Dk, (long long)Dv));
+    const int64_t Hk = key_width / (2 * Dk);
+    if (opt.num_k_heads > 0 && opt.num_k_heads != Hk)
+      refuse(format("qkv: width %lld gives Hk=%lld, but num_k_heads=%lld", (long long)width,
+                    (long long)Hk, (long long)opt.num_k_heads));
+    if (rows != B)
+      refuse(format("qkv: %lld rows, but a has %lld", (long long)rows, (long long)B));
+    if (Hk > INT32_MAX) refuse("qkv: too many k-heads");
+    p.num_k_heads = int32_t(Hk);
+    p.qkv_dtype = need_dtype(w);
+    if (rows <= 1) rstride = width;
+    gdn::set_packed_qkv(p, w.data, rstride);
+  } else {
+    const RHD q = as_rhd(x.q, Dk);
+    const RHD k = as_rhd(x.k, Dk);
+    const RHD v = as_rhd(x.v, Dv);
+    if (q.dim != Dk)
+      refuse(format("q: head dim %lld, but state has Dk=%lld", (long long)q.dim, (long long)Dk));
+    if (k.rows != q.rows || k.heads != q.heads || k.dim != q.dim)
+      refuse(format("k: shape %s does not match q %s", x.k.shape_str().c_str(),
+                    x.q.shape_str().c_str()));
+    if (v.heads != Hv || v.dim != Dv)
+      refuse(format("v: shape %s does not match Hv=%lld, Dv=%lld of the state",
+                    x.v.shape_str().c_str(), (long long)Hv, (long long)Dv));
+    if (q.rows != B || v.rows != B)
+      refuse(format("q, k, v: %lld and %lld rows, but a has %lld", (long long)q.rows,
+                    (long long)v.rows, (long long)B));
+    if (opt.num_k_heads > 0 && opt.num_k_heads != q.heads)
+      refuse(format("q: %lld heads, but num_k_heads=%lld", (long long)q.heads,
+                    (long long)opt.num_k_heads));
+    if (q.heads > INT32_MAX) refuse("q: too many k-heads");
+    const gdn::DType t = need_dtype(x.q);
+    if (need_dtype(x.k) != t || need_dtype(x.v) != t)
+      refuse(format("q, k, v: dtypes %s, %s, %s differ (they share one dtype)",
+                    dtype_name(x.q.code, x.q.bits), dtype_name(x.k.code, x.k.bits),
+                    dtype_name(x.v.code, x.v.bits)));
+    p.num_k_heads = int32_t(q.heads);
+    p.qkv_dtype = t;
+    p.q = x.q.data;
+    p.q_batch_stride = q.row_stride;
+    p.q_head_stride = q.head_stride;
+    p.k = x.k.data;
+    p.k_batch_stride = k.row_stride;
+    p.k_head_stride = k.head_stride;
+    p.v = x.v.data;
+    p.v_batch_stride = v.row_stride;
+    p.v_head_stride = v.head_stride;
+  }
+
+  // ---- parameters of the raw gate
+  if (raw_gate) {
+    for (ArrayView* g : {&x.A_log, &x.dt_bias}) {
+      if (!(g->code == kCodeFloat && g->bits == 32))
+        refuse(format("%s: dtype must be float32, got %s", g->name, dtype_name(g->code, g->bits)));
+      need_vector(*g, Hv, "one per v-head");
+    }
+    p.A_log = static_cast<const float*>(x.A_log.data);
+    p.dt_bias = static_cast<const float*>(x.dt_bias.data);
+  }
+
+  // ---- output
+  {
+    const RHD o = as_rhd(x.o, Dv);
+    if (o.rows != B || o.heads != Hv || o.dim != Dv)
+      refuse(format("out: shape %s, expected [B=%lld, Hv=%lld, Dv=%lld]",
+                    x.o.shape_str().c_str(), (long long)B, (long long)Hv, (long long)Dv));
+    p.o_dtype = need_dtype(x.o);
+    p.o = x.o.data;
+    p.o_batch_stride = o.row_stride;
+    p.o_head_stride = o.head_stride;
+  }
+
+  // ---- slot indices
+  if (x.idx.present) {
+    const ArrayView& i = x.idx;
+    if (!(i.code == kCodeInt && (i.bits == 32 || i.bits == 64)))
+      refuse(format("state_indices: dtype must be int32 or int64, got %s",
+                    dtype_name(i.code, i.bits)));
+    need_vector(i, B, "one per row");
+    p.index_dtype = i.bits == 32 ? gdn::IndexType::kI32 : gdn::IndexType::kI64;
+    p.state_indices = i.data;
+    if (x.out_idx.present) {
+      const ArrayView& j = x.out_idx;
+      if (!(j.code == i.code && j.bits == i.bits))
+        refuse(format("state_out_indices: dtype %s differs from state_indices' %s",
+                      dtype_name(j.code, j.bits), dtype_name(i.code, i.bits)));
+      need_vector(j, B, "one per row");
+      p.state_out_indices = j.data;
+    }
+  }
+  if (x.counter.present) {
+    const ArrayView& c = x.counter;
+    if (!((c.code == kCodeUInt || c.code == kCodeInt) && c.bits == 32) || c.numel() != 1)
+      refuse(format("invalid_index_count: expected one uint32 or int32 element, got %s of "
+                    "shape %s",
+                    dtype_name(c.code, c.bits), c.shape_str().c_str()));
+    p.invalid_index_count = static_cast<uint32_t*>(c.data);
+  }
+
+  gdn::Status st;
+  {
+    nb::gil_scoped_release release;
+#if GDNKIT_PY_WITH_CUDA
+    if (backend == gdn::Backend::kCuda) {
+      CudaDeviceGuard guard(ref.dev_id);
+      st = gdn::decode(p, backend);
+    } else {
+      st = gdn::decode(p, backend);
+    }
+#else
+    st = gdn::decode(p, backend);
+#endif
+  }
+  raise_status(st);
+}
+
+// ---- DLPack path -----------------------------------------------------------------
+
+using InArray = nb::ndarray<nb::ro>;
+using OutArray = nb::ndarray<>;
+
+template <typename Arr>
+void fill_view(const Arr& arr, ArrayView* v) {
+  if (arr.ndim() > size_t(kMaxDims)) refuse(format("%s: more than %d dimensions", v->name, kMaxDims));
+  v->present = true;
+  v->data = const_cast<void*>(static_cast<const void*>(arr.data()));
+  v->ndim = int(arr.ndim());
+  int64_t contiguous = 1;
+  for (int i = v->ndim - 1; i >= 0; --i) {
+    v->shape[i] = int64_t(arr.shape(size_t(i)));
+    v->strides[i] = arr.stride_ptr() ? arr.stride(size_t(i)) : contiguous;
+    contiguous *= v->shape[i];
+  }
+  v->code = arr.dtype().code;
+  v->bits = arr.dtype().bits;
+  if (arr.dtype().lanes != 1) refuse(format("%s: vector dtypes (lanes > 1) are not supported", v->name));
+  v->dev_type = arr.device_type();
+  v->dev_id = arr.device_id();
+}
+
+std::string py_type_name(nb::handle h) {
+  return nb::cast<std::string>(nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(h.ptr())))));
+}
+
+// An input: read-only access is enough.
+void import_in(nb::handle h, ArrayView* v, InArray* keep) {
+  if (h.is_none()) return;
+  if (!nb::try_cast<InArray>(h, *keep, false))
+    refuse(format("%s: expected an array with DLPack or buffer-protocol support, got %s", v->name,
+                  py_type_name(h).c_str()));
+  fill_view(*keep, v);
+}
+
+// Written: state, out, the counter. A read-only array (a JAX array, a numpy
+// array with writeable=False) is refused rather than copied.
+void import_out(nb::handle h, ArrayView* v, OutArray* keep) {
+  if (h.is_none()) return;
+  if (!nb::try_cast<OutArray>(h, *keep, false)) {
+    InArray probe;
+    if (nb::try_cast<InArray>(h, probe, false))
+      refuse(format("%s: the array is read-only, but gdnkit writes it in place", v->name));
+    refuse(format("%s: expected an array with DLPack or buffer-protocol support, got %s", v->name,
+                  py_type_name(h).c_str()));
+  }
+  fill_view(*keep, v);
+}
+
+void decode_dlpack(nb::handle q, nb::handle k, nb::handle v, nb::handle qkv, nb::handle a,
+                   nb::handle b, nb::handle A_log, nb::handle dt_bias, nb::handle state,
+                   nb::handle out, nb::handle state_indices, nb::handle state_out_indices,
+                   nb::handle invalid_index_count, int layout, int gate, int l2norm,
+                   double l2norm_eps, double scale, int head_map, int64_t num_k_heads,
+                   uint64_t stream) {
+  Arrays x;
+  InArray in[10];
+  OutArray outs[3];
+  import_in(q, &x.q, &in[0]);
+  import_in(k, &x.k, &in[1]);
+  import_in(v, &x.v, &in[2]);
+  import_in(qkv, &x.qkv, &in[3]);
+  import_in(a, &x.a, &in[4]);
+  import_in(b, &x.b, &in[5]);
+  import_in(A_log, &x.A_log, &in[6]);
+  import_in(dt_bias, &x.dt_bias, &in[7]);
+  import_in(state_indices, &x.idx, &in[8]);
+  import_in(state_out_indices, &x.out_idx, &in[9]);
+  import_out(state, &x.state, &outs[0]);
+  import_out(out, &x.o, &outs[1]);
+  import_out(invalid_index_count, &x.counter, &outs[2]);
+  Options opt;
+  opt.layout = layout;
+  opt.gate = gate;
+  opt.l2norm = l2norm;
+  opt.l2norm_eps = l2norm_eps;
+  opt.scale = scale;
+  opt.head_map = head_map;
+  opt.num_k_heads = num_k_heads;
+  opt.stream = stream;
+  run_decode(x, opt);
+}
+
+// ---- raw path (the PyTorch ops) --------------------------------------------------
+//
+// Each array is None or a tuple (data_ptr, shape, strides, dtype_code, bits,
+// device_type, device_id) with DLPack's codes and strides in elements. The caller
+// keeps the memory alive for the call (a torch op holds its tensors).
+
+void import_raw(nb::handle h, ArrayView* v) {
+  if (h.is_none()) return;
+  nb::tuple t;
+  if (!nb::try_cast<nb::tuple>(h, t, false) || t.size() != 7)
+    refuse(format("%s: expected (ptr, shape, strides, code, bits, device_type, device_id)", v->name));
+  nb::tuple shape = nb::cast<nb::tuple>(t[1]);
+  nb::tuple strides = nb::cast<nb::tuple>(t[2]);
+  const size_t n = shape.size();
+  if (n > size_t(kMaxDims) || strides.size() != n)
+    refuse(format("%s: bad shape/strides description", v->name));
+  v->present = true;
+  v->data = reinterpret_cast<void*>(uintptr_t(nb::cast<uint64_t>(t[0])));
+  v->ndim = int(n);
+  for (size_t i = 0; i < n; ++i) {
+    v->shape[i] = nb::cast<int64_t>(shape[i]);
+    v->strides[i] = nb::cast<int64_t>(strides[i]);
+  }
+  v->code = uint8_t(nb::cast<int>(t[3]));
+  v->bits = uint8_t(nb::cast<int>(t[4]));
+  v->dev_type = nb::cast<int32_t>(t[5]);
+  v->dev_id = nb::cast<int32_t>(t[6]);
+}
+
+void decode_raw(nb::handle q, nb::handle k, nb::handle v, nb::handle qkv, nb::handle a,
+                nb::handle b, nb::handle A_log, nb::handle dt_bias, nb::handle state,
+                nb::handle out, nb::handle state_indices, nb::handle state_out_indices,
+                nb::handle invalid_index_count, int layout, int gate, int l2norm,
+                double l2norm_eps, double scale, int head_map, int64_t num_k_heads,
+                uint64_t stream) {
+  Arrays x;
+  import_raw(q, &x.q);
+  import_raw(k, &x.k);
+  import_raw(v, &x.v);
+  import_raw(qkv, &x.qkv);
+  import_raw(a, &x.a);
+  import_raw(b, &x.b);
+  import_raw(A_log, &x.A_log);
+  import_raw(dt_bias, &x.dt_bias);
+  import_raw(state, &x.state);
+  import_raw(out, &x.o);
+  import_raw(state_indices, &x.idx);
+  import_raw(state_out_indices, &x.out_idx);
+  import_raw(invalid_index_count, &x.counter);
+  Options opt;
+  opt.layout = layout;
+  opt.gate = gate;
+  opt.l2norm = l2norm;
+  opt.l2norm_eps = l2norm_eps;
+  opt.scale = scale;
+  opt.head_map = head_map;
+  opt.num_k_heads = num_k_heads;
+  opt.stream = stream;
+  run_decode(x, opt);
+}
+
+gdn::Backend backend_from_name(const std::string& name) {
+  if (name == "auto") return gdn::Backend::kAuto;
+  if (name == "host") return gdn::Backend::kHost;
+  if (name == "cuda") return gdn::Backend::kCuda;
+  if (name == "hip") return gdn::Backend::kHip;
+  refuse(format("backend: unknown name '%s' (auto, host, cuda or hip)", name.c_str()));
+}
+
+}  // namespace
+
+NB_MODULE(_gdnkit, m) {
+  m.doc() = "gdnkit: the fused GatedDeltaNet decode step (C++ extension; use the gdnkit package)";
+
+#define GDNKIT_DECODE_ARGS                                                                     \
+  nb::arg("q").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("qkv").none(),        \
+      nb::arg("a").none(), nb::arg("b").none(), nb::arg("A_log").none(),                       \
+      nb::arg("dt_bias").none(), nb::arg("state").none(), nb::arg("out").none(),               \
+      nb::arg("state_indices").none(), nb::arg("state_out_indices").none(),                    \
+      nb::arg("invalid_index_count").none(), nb::arg("layout"), nb::arg("gate"),               \
+      nb::arg("l2norm"), nb::arg("l2norm_eps"), nb::arg("scale"), nb::arg("head_map"),         \
+      nb::arg("num_k_heads"), nb::arg("stream")
+
+  m.def("decode", &decode_dlpack, GDNKIT_DECODE_ARGS,
+        "One decode step on DLPack arrays (see gdnkit.decode for the friendly front end).");
+  m.def("decode_raw", &decode_raw, GDNKIT_DECODE_ARGS,
+        "One decode step on raw array descriptions (the PyTorch ops' fast path).");
+#undef GDNKIT_DECODE_ARGS
+
+  m.def("version", [] { return std::string(gdn::version()); });
+  m.def("backend_built", [](const std::string& name) { return gdn::backend_built(backend_from_name(name)); });
+  m.def("backend_available", [](const std::string& name) {
+    char why[256] = {};
+    const bool ok = gdn::backend_available(backend_from_name(name), why, sizeof why);
+    return nb::make_tuple(ok, std::string(why));
+  });
+  m.def("describe", [](const std::string& name) {
+    const gdn::BackendOps* ops = gdn::backend_ops(backend_from_name(name));
+    if (ops == nullptr || ops->describe == nullptr) return std::string();
+    char buf[1024] = {};
+    ops->describe(buf, sizeof buf);
+    return std::string(buf);
+  });
+  m.def("resolve_backend", [](const std::string& name) {
+    return std::string(gdn::to_string(gdn::resolve_backend(backend_from_name(name))));
+  });
+  m.attr("built_with_cuda") = bool(GDNKIT_PY_WITH_CUDA);
+}
