@@ -271,6 +271,14 @@ __device__ __forceinline__ void async_wait() {
 // stage gained at most 2% at B = 512 for vk, lost 4% at B = 8, and made kv
 // slower everywhere from B = 8 up (bf16 B = 512 1.28x -> 1.55x; four stages
 // worse still). GDN_VK_STAGES / GDN_KV_STAGES override them for tune_cuda.
+// vk stages its items through a per-warp ring only where cp.async exists
+// (NVIDIA); without it (HIP) its items load straight into registers, and kv
+// keeps one shared-memory tile stage (the transposition needs it).
+#if defined(GDN_NO_ASYNC_COPY)
+#define GDN_VK_RING 0
+#else
+#define GDN_VK_RING 1
+#endif
 // Without cp.async (HIP) one stage: a second would only cost LDS.
 #ifndef GDN_VK_STAGES
 #if defined(GDN_NO_ASYNC_COPY)

@@ -133,9 +133,10 @@ __device__ __forceinline__ void l2_normalize(const DecodeParams& p, int lane, fl
 // registers, no spills) and 24 for 16-bit ones (80 registers, a few bytes of
 // spill on some instantiations; at 32 warps ptxas spills hundreds), so many
 // warps' ring copies are in flight at once. Before the ring (next items held
-// in registers) these kernels needed 80 and 118 registers: 24 and 16 warps.
+// in registers, as the HIP path still does) they needed 80 and 118: 24 and
+// 16 warps.
 template <typename T, Layout kLayout, int kDk, int kP>
-__global__ void __launch_bounds__(8 * kWarp, (sizeof(T) == 4 ? 1024 : 768) / (8 * kWarp))
+__global__ void __launch_bounds__(8 * kWarp, GDN_VK_RING ? (sizeof(T) == 4 ? 1024 : 768) / (8 * kWarp) : 1)
     decode_kernel(const __grid_constant__ DecodeParams p, int items_per_head, int items_per_warp,
                   FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale) {
   // The vk kernel (kv runs decode_kv_kernel below).
@@ -228,6 +229,7 @@ __global__ void __launch_bounds__(8 * kWarp, (sizeof(T) == 4 ? 1024 : 768) / (8 
       }
     });
   };
+#if GDN_VK_RING
   // The warp's ring of kStages item buffers in shared memory. A lane copies
   // in, and later reads back, only its own kHeld vectors of an item (lanes
   // side by side: conflict-free), so no barrier is ever needed.
@@ -251,11 +253,53 @@ __global__ void __launch_bounds__(8 * kWarp, (sizeof(T) == 4 ? 1024 : 768) / (8 
     }
     async_commit();
   };
+  // This lane's copies of `item` (group `item`) have landed; read them back.
+  auto fetch_item = [&](int /*it*/, int stage, V (&s)[kOuter][kInner]) {
+    async_wait<kStages - 1>();
+#pragma unroll
+    for (int o = 0; o < kOuter; ++o)
+#pragma unroll
+      for (int c = 0; c < kInner; ++c) s[o][c] = *slot(stage, o, c);
+  };
+#else
+  // No cp.async (AMD): a shared-memory ring would only cost LDS, which on
+  // gfx9 (64 KiB a CU) would cap the waves a CU holds. The next item loads
+  // into registers instead while the current one computes.
+  V pre[kOuter][kInner];
+  auto issue_item = [&](int it, int) {
+    if (it >= item_end) return;
+    const int j0 = it * kColsPerItem;
+#pragma unroll
+    for (int o = 0; o < kOuter; ++o)
+#pragma unroll
+      for (int c = 0; c < kInner; ++c) {
+        const int i = vec_row(o, c), j = vec_col(o, j0);
+        if (i < Dk && j < Dv)
+          pre[o][c] = *reinterpret_cast<const V*>(s_in + vec_off(i, j));
+        else
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) pre[o][c].x[e] = Elem<T>::from_float(0.0f);
+      }
+  };
+  // The item loaded last becomes current; the one after it starts loading.
+  auto fetch_item = [&](int it, int, V (&s)[kOuter][kInner]) {
+#pragma unroll
+    for (int o = 0; o < kOuter; ++o)
+#pragma unroll
+      for (int c = 0; c < kInner; ++c) s[o][c] = pre[o][c];
+    issue_item(it + 1, 0);
+  };
+#endif
 
-  // ---- 1. every load up front: the first kStages - 1 items' state, then q,
-  // k, v and the gates, so one memory latency covers them all.
+  // ---- 1. every load up front: the first item's state (the ring: its first
+  // kStages - 1 items'), then q, k, v and the gates, so one memory latency
+  // covers them all.
+#if GDN_VK_RING
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) issue_item(item + st, st);
+#else
+  issue_item(item, 0);
+#endif
   float vj[kColsHeld];
   load_v(item * kColsPerItem, vj);
 
@@ -299,19 +343,17 @@ __global__ void __launch_bounds__(8 * kWarp, (sizeof(T) == 4 ? 1024 : 768) / (8 
   // cols[out_c] without a run-time array index (which would go to local memory).
   const int out_col = out_c * VkT::kColsPerStep + lane / VkT::kLanesPerCol;
 
-  // ---- 3. the warp's items, kStages - 1 of them in flight while one computes
+  // ---- 3. the warp's items, the next ones in flight (the ring's kStages - 1,
+  // or one in registers) while one computes
   for (int stage = 0;; stage = stage + 1 == kStages ? 0 : stage + 1) {
     const bool has_next = item + 1 < item_end;
+#if GDN_VK_RING
     issue_item(item + kStages - 1, stage == 0 ? kStages - 1 : stage - 1);
+#endif
     float v_next[kColsHeld];
     if (has_next) load_v((item + 1) * kColsPerItem, v_next);
-    // This lane's copies of `item` (group `item`) have landed; read them back.
-    async_wait<kStages - 1>();
     V s[kOuter][kInner];
-#pragma unroll
-    for (int o = 0; o < kOuter; ++o)
-#pragma unroll
-      for (int c = 0; c < kInner; ++c) s[o][c] = *slot(stage, o, c);
+    fetch_item(item, stage, s);
 
     const int j0 = item * kColsPerItem;
     // The state element (held row r, held column c):
@@ -554,9 +596,14 @@ template <typename T, Layout kLayout, int kDk, int kP>
 constexpr size_t smem_bytes(int warps_per_block) {
   if constexpr (kLayout == Layout::kKV)
     return size_t(kKvStages) * kDk * KvSmemTile<T, kDk, kP>::kPitch * 16;
+#if GDN_VK_RING
   else
     return size_t(warps_per_block) * kStages * kWarp * 16 *
            (VkTile<T, kDk, kP>::kUnroll * VkTile<T, kDk, kP>::kChunksPerLane);
+#else
+  else
+    return (void)warps_per_block, size_t(0);  // vk keeps no ring without cp.async
+#endif
 }
 
 // The kernel of (T, kLayout, kDk, kP) and its block size (vk: at 8 warps).
