@@ -39,22 +39,23 @@
 //
 // How V is split by batch size (vk; kv splits it by tiles, as above)
 // -----------------------------------------------------------------
-// Large B*Hv: up to 4 items a warp and 8 warps a block, so a block owns all
-// Dv outputs of its head (measured: streaming 4 items with the next one in
-// flight took B = 512 from 1.91x to 1.06x the copy floor, bench/RESULTS.md).
-// Items per warp are the fewest that fit the whole grid in one wave of the
-// warps an SM holds (then every item's copies are issued at once: B = 8 fp32
-// from 1.80x to 1.42x), capped at 4 (fp32) or 8 (16-bit) for large B.
-// Small B*Hv: items per warp drop to 1 and W shrinks to one warp per block
-// until the grid puts work on every SM: at B = 1 with Hv = 32 there are only
+// Large B*Hv: 2 items a warp (16-bit states: 4 once the grid runs >= 4
+// waves) and up to 8 warps a block, so a head's Dv outputs are one block
+// (bf16 at Dv = 128: 16 items of 8 columns, 4 warps) or two consecutive ones
+// (fp32: 32 items of 4 columns, 16 warps). Streaming items with the next one
+// in flight took B = 512 from 1.91x to 1.06x the copy floor; 2 items rather
+// than more keeps the last wave short (bf16 B = 32: 1.34x vs 1.49x at 8;
+// bench/RESULTS.md has both sweeps).
+// Small B*Hv: W shrinks to one warp per block until the grid puts work on
+// every SM: at B = 1 with Hv = 32 there are only
 // 32 heads for 132 SMs, and a block per head would leave three quarters of the
 // memory system idle. A warp's item and its reduction order never depend on
 // W or items per warp, so results are bitwise identical whatever split the
 // batch size picks (batch-invariant and deterministic; tested B = 1 vs 512).
-// The later gated-RMSNorm epilogue needs all Dv outputs of a head: at large B
-// a block already has them; at small B the blocks of one head are consecutive
-// in the grid and can form a thread-block cluster on sm_90 (distributed
-// shared memory for the head's sum of squares).
+// The later gated-RMSNorm epilogue needs all Dv outputs of a head: the
+// blocks of one head (one or two at large B, up to 16-32 one-warp blocks at
+// B = 1) are always consecutive in the grid, so they can form a thread-block
+// cluster on sm_90 (distributed shared memory for the head's sum of squares).
 //
 // Per warp item (kv: per warp and tile), in fp32 (S as stored, decay applied on the fly):
 //   u[j]     = exp(g) * sum_i S[i, j] k_hat[i]
@@ -365,9 +366,10 @@ constexpr int cols_per_item() {
 
 // The tile parameter and the items a warp may stream that the library ships,
 // from bench/tune_cuda on the H200 (bench/RESULTS.md has the sweep):
-// - vk: 16 values a lane for fp32 and up to 4 items a warp; 32 values and up
-//   to 8 items for 16-bit states, whose 16-byte vectors hold twice the
-//   elements (bf16 B = 512: 1.28x -> 1.14x the copy floor, B = 8: 2.48x -> 2.01x);
+// - vk: 16 values a lane for fp32; 32 values for 16-bit states, whose 16-byte
+//   vectors hold twice the elements (bf16 B = 512: 1.28x -> 1.14x the copy
+//   floor, B = 8: 2.48x -> 2.01x, on the kernel before the ring); items a
+//   warp up to 2 (fp32) or 4 (16-bit), see plan_launch;
 // - kv: the tile parameter is kW, the warps of a block = 16-byte chunks of a
 //   row in a tile: 8 (128-byte row segments; beats 2 and 4 from B = 32 up,
 //   e.g. fp32 B = 512 1.09x vs 1.24x and 1.76x), and up to 4 tiles a block
@@ -378,7 +380,9 @@ constexpr int default_tile_param() {
 }
 template <typename T, Layout kLayout>
 constexpr int default_items_per_warp() {
-  return kLayout == Layout::kVK && sizeof(T) == 2 ? 8 : 4;
+  // vk: the cap of plan_launch's rule (tune_cuda vk on the cp.async ring:
+  // fp32 best at 2 items from B = 8 up, 16-bit at 2-4); kv: 4 tiles.
+  return kLayout == Layout::kVK ? (sizeof(T) == 4 ? 2 : 4) : 4;
 }
 
 // Launch geometry chosen on the host (see the header comment).

@@ -650,24 +650,29 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
   g.items_per_head = (p.head_dim_v + cpi - 1) / cpi;
   const int64_t heads = p.batch * p.num_v_heads;
   const int64_t items = heads * g.items_per_head;
-  // Items a warp (kv: a block) streams: as few as fill every resident slot
-  // of the GPU in one wave, so that at small B every item's loads are issued
-  // at once (the ring keeps the next ones in flight); at large B up to
-  // max_items_per_warp, so the ring streams (bench/RESULTS.md, the sweep).
   const int cap = max_items_per_warp < g.items_per_head ? max_items_per_warp : g.items_per_head;
-  auto per = [&](int64_t slots) {
-    const int64_t n = (items + slots - 1) / slots;
-    return int(n < 1 ? 1 : n > cap ? cap : n);
-  };
   if constexpr (kLayout == Layout::kKV) {
-    // kv: an item is a block's tile of kP warps.
+    // kv: an item is a block's tile of kP warps. Tiles a block streams: as
+    // few as fill every resident block slot in one wave (at B = 8 every
+    // tile's copies are issued at once: fp32 2.02x -> 1.62x), up to the
+    // cap (4: all tiles of an fp32 head; best from B = 32 up, tune_cuda kv).
     const int64_t slots = int64_t(resident_warps_per_sm<T, kLayout, kDk, kP>() / kP) * sms;
+    const int64_t n = (items + slots - 1) / slots;
     g.warps_per_block = kP;
-    g.items_per_warp = per(slots);
+    g.items_per_warp = int(n < 1 ? 1 : n > cap ? cap : n);
     g.blocks_per_head = (g.items_per_head + g.items_per_warp - 1) / g.items_per_warp;
     return g;
   }
-  const int ipw = per(int64_t(resident_warps_per_sm<T, kLayout, kDk, kP>()) * sms);
+  // vk: 1 item a warp while the grid fits one wave of the warps an SM holds
+  // (B = 1: every item's loads at once; 2 a warp costs 13%), else 2 (one
+  // computing, one in the ring), doubled while the grid still runs >= 4
+  // waves. Measured (tune_cuda vk): 1 item a warp is 1.2-1.6x slower from
+  // B = 8 up (nothing in flight behind it); more items than this rule gives
+  // lengthen the last wave (bf16 B = 32: 2 items 1.34x, 8 items 1.49x), while
+  // long grids gain from 4 (bf16 B = 128: 1.15x vs 1.21x at 2).
+  const int64_t slots = int64_t(resident_warps_per_sm<T, kLayout, kDk, kP>()) * sms;
+  int ipw = items <= slots || cap < 2 ? 1 : 2;
+  while (ipw * 2 <= cap && items >= int64_t(4) * (ipw * 2) * slots) ipw *= 2;
   const int warps_per_head = (g.items_per_head + ipw - 1) / ipw;
   // Largest power-of-two block up to 8 warps that the head's warps fill,
   // halved while the grid would leave SMs short of blocks (split V across
