@@ -103,7 +103,7 @@ using bf16 = __nv_bfloat16;
 using fp16 = __half;
 __device__ __forceinline__ float bf16_to_float(bf16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ bf16 float_to_bf16(float f) { return __float2bfloat16_rn(f); }
-}  // namespace GDN_KERNEL_NS
+}  // namespace cuda
 }  // namespace gdn
 #endif
 
@@ -268,19 +268,18 @@ __device__ __forceinline__ void async_wait() {
 }
 
 // Items (vk) or tiles (kv) of state in shared memory at once: the one being
-// computed and the rest in flight. Two, measured (bench/RESULTS.md): a third
-// stage gained at most 2% at B = 512 for vk, lost 4% at B = 8, and made kv
-// slower everywhere from B = 8 up (bf16 B = 512 1.28x -> 1.55x; four stages
-// worse still). GDN_VK_STAGES / GDN_KV_STAGES override them for tune_cuda.
-// vk stages its items through a per-warp ring only where cp.async exists
-// (NVIDIA); without it (HIP) its items load straight into registers, and kv
-// keeps one shared-memory tile stage (the transposition needs it).
+// computed and the rest in flight. Two on NVIDIA, measured (bench/RESULTS.md):
+// a third stage gained at most 2% at B = 512 for vk, lost 4% at B = 8, and
+// made kv slower everywhere from B = 8 up (bf16 B = 512 1.28x -> 1.55x; four
+// stages worse still). GDN_VK_STAGES / GDN_KV_STAGES override them for
+// tune_cuda. Without cp.async (HIP) a second stage would only cost LDS: vk
+// keeps no ring at all (its items load straight into registers) and kv one
+// tile stage (the transposition needs it).
 #if defined(GDN_NO_ASYNC_COPY)
 #define GDN_VK_RING 0
 #else
 #define GDN_VK_RING 1
 #endif
-// Without cp.async (HIP) one stage: a second would only cost LDS.
 #ifndef GDN_VK_STAGES
 #if defined(GDN_NO_ASYNC_COPY)
 #define GDN_VK_STAGES 1

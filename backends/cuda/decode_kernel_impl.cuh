@@ -430,7 +430,8 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   using Tile = KvSmemTile<T, kDk, kW>;
   using V = Vec<T>;
   constexpr int kVec = V::kN, kRows = Tile::kRows, kCols = Tile::kCols, kPitch = Tile::kPitch;
-  // kKvStages tiles of kDk rows x kPitch chunks (dynamic: over 48 KiB at Dk = 128).
+  // kKvStages tiles of kDk rows x kPitch chunks (dynamic: two stages pass
+  // 48 KiB at Dk = 256).
   extern __shared__ uint4 smem_raw[];
   V* const tiles = reinterpret_cast<V*>(smem_raw);
 
@@ -616,9 +617,13 @@ const void* kernel_of() {
 }
 
 // Warps of the kernel one SM holds at once (registers and the ring's shared
-// memory), read once per process and device 0's properties (all GPUs of one
-// process are taken to be alike); also raises the kernel's dynamic shared
-// memory limit, which the kv ring needs past 48 KiB.
+// memory), read once per process on the device current at the first call (all
+// GPUs of one process are taken to be alike); also raises the kernel's
+// dynamic shared-memory limit, which the kv ring needs past 48 KiB (Dk = 256).
+// Function attributes are per device: a process that drives several GPUs
+// gets the raised limit on the first one only (kv Dk = 256 elsewhere fails
+// to launch, reported as a status); a per-device table is the fix, not yet
+// run on a GPU.
 template <typename T, Layout kLayout, int kDk, int kP>
 int resident_warps_per_sm() {
   static const int warps = [] {
@@ -629,8 +634,8 @@ int resident_warps_per_sm() {
     // Failures here only cost speed (the launch reports any real error).
     (void)cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
 #if !defined(GDN_AMD)
-    // All of the unified L1/shared array as shared memory: the ring, not L1,
-    // holds the state, and the kv ring needs it for 4 blocks an SM.
+    // All of the unified L1/shared array as shared memory: the rings, not
+    // L1, hold the state, and every resident block's ring must fit.
     (void)cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared));
 #endif
     int blocks = 0;
