@@ -576,16 +576,7 @@ void decode_dlpack(nb::handle q, nb::handle k, nb::handle v, nb::handle qkv, nb:
   import_out(state, &x.state, &outs[0]);
   import_out(out, &x.o, &outs[1]);
   import_out(invalid_index_count, &x.counter, &outs[2]);
-  Options opt;
-  opt.layout = layout;
-  opt.gate = gate;
-  opt.l2norm = l2norm;
-  opt.l2norm_eps = l2norm_eps;
-  opt.scale = scale;
-  opt.head_map = head_map;
-  opt.num_k_heads = num_k_heads;
-  opt.stream = stream;
-  run_decode(x, opt);
+  run_decode(x, Options{layout, gate, l2norm, l2norm_eps, scale, head_map, num_k_heads, stream});
 }
 
 // ---- raw path (the PyTorch ops) --------------------------------------------------
@@ -637,16 +628,7 @@ void decode_raw(nb::handle q, nb::handle k, nb::handle v, nb::handle qkv, nb::ha
   import_raw(state_indices, &x.idx);
   import_raw(state_out_indices, &x.out_idx);
   import_raw(invalid_index_count, &x.counter);
-  Options opt;
-  opt.layout = layout;
-  opt.gate = gate;
-  opt.l2norm = l2norm;
-  opt.l2norm_eps = l2norm_eps;
-  opt.scale = scale;
-  opt.head_map = head_map;
-  opt.num_k_heads = num_k_heads;
-  opt.stream = stream;
-  run_decode(x, opt);
+  run_decode(x, Options{layout, gate, l2norm, l2norm_eps, scale, head_map, num_k_heads, stream});
 }
 
 gdn::Backend backend_from_name(const std::string& name) {
