@@ -165,11 +165,10 @@ void cuda_describe(char* buf, size_t size) {
   for (int i = 0; i < devices().count && used + 1 < size; ++i) {
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
-#if defined(GDN_AMD)
     char arch[64];
+#if defined(GDN_AMD)
     std::snprintf(arch, sizeof arch, "%s", prop.gcnArchName);
 #else
-    char arch[64];
     std::snprintf(arch, sizeof arch, "sm_%d%d", prop.major, prop.minor);
 #endif
     used += size_t(std::snprintf(buf + used, size - used, "%sdevice %d: %s, %s, %d SMs, %.1f GiB, %d-lane warps",
@@ -183,18 +182,17 @@ void cuda_describe(char* buf, size_t size) {
 
 const BackendOps* GDN_BACKEND_FN() {
   static const BackendOps ops = [] {
-    namespace cuda = GDN_KERNEL_NS;
     BackendOps o;
     o.id = GDN_BACKEND_ID;
     o.name = GDN_BACKEND_NAME;
-    o.available = cuda::cuda_available;
-    o.can_implement = cuda::cuda_can_implement;
-    o.decode = cuda::cuda_decode;
-    o.alloc = cuda::cuda_alloc;
-    o.release = cuda::cuda_release;
-    o.copy = cuda::cuda_copy;
-    o.synchronize = cuda::cuda_sync;
-    o.describe = cuda::cuda_describe;
+    o.available = GDN_KERNEL_NS::cuda_available;
+    o.can_implement = GDN_KERNEL_NS::cuda_can_implement;
+    o.decode = GDN_KERNEL_NS::cuda_decode;
+    o.alloc = GDN_KERNEL_NS::cuda_alloc;
+    o.release = GDN_KERNEL_NS::cuda_release;
+    o.copy = GDN_KERNEL_NS::cuda_copy;
+    o.synchronize = GDN_KERNEL_NS::cuda_sync;
+    o.describe = GDN_KERNEL_NS::cuda_describe;
     return o;
   }();
   return &ops;
