@@ -87,9 +87,10 @@ __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1
 struct Gates {
   float decay, beta;
 };
+template <typename IO>
 __device__ __forceinline__ Gates load_gates(const DecodeParams& p, int64_t b, int h) {
   float a = 0.0f, braw = 0.0f;
-  with_dtype(p.ab_dtype, [&](auto tag) {
+  with_dtype<IO>(p.ab_dtype, [&](auto tag) {
     using E = decltype(tag);
     a = Elem<E>::to_float(static_cast<const E*>(p.a)[b * p.a_batch_stride + h]);
     braw = Elem<E>::to_float(static_cast<const E*>(p.b)[b * p.b_batch_stride + h]);
@@ -135,7 +136,7 @@ __device__ __forceinline__ void l2_normalize(const DecodeParams& p, int lane, fl
 // warps' ring copies are in flight at once. Before the ring (next items held
 // in registers, as the HIP path still does) they needed 80 and 118: 24 and
 // 16 warps.
-template <typename T, Layout kLayout, int kDk, int kP>
+template <typename T, Layout kLayout, int kDk, int kP, typename IO>
 __global__ void __launch_bounds__(8 * kWarp, GDN_VK_RING ? (sizeof(T) == 4 ? 1024 : 768) / (8 * kWarp) : 1)
     decode_kernel(const __grid_constant__ DecodeParams p, int items_per_head, int items_per_warp,
                   FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale) {
@@ -213,7 +214,7 @@ __global__ void __launch_bounds__(8 * kWarp, GDN_VK_RING ? (sizeof(T) == 4 ? 102
   auto vec_off = [&](int i, int j) -> int { return j * Dk + i; };
   // v[j0 + cols[c]] for the held columns (0 past Dv): one dtype branch for the group.
   auto load_v = [&](int j0, float (&vj)[kColsHeld]) {
-    with_dtype(p.qkv_dtype, [&](auto tag) {
+    with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
       using E = decltype(tag);
       const E* vp = static_cast<const E*>(p.v) + v_base + j0;
       if constexpr (kColsRun) {
@@ -313,7 +314,7 @@ __global__ void __launch_bounds__(8 * kWarp, GDN_VK_RING ? (sizeof(T) == 4 ? 102
   // q and k rows, 0 past Dk: one dtype branch for all of them. vk holds kVec
   // consecutive rows per chunk (a chunk starts at a multiple of kVec, which
   // divides 16 and so Dk: all in range or none): one vector load each.
-  with_dtype(p.qkv_dtype, [&](auto tag) {
+  with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
     using E = decltype(tag);
     const E* qp = static_cast<const E*>(p.q) + q_base;
     const E* kp = static_cast<const E*>(p.k) + k_base;
@@ -329,7 +330,7 @@ __global__ void __launch_bounds__(8 * kWarp, GDN_VK_RING ? (sizeof(T) == 4 ? 102
       }
     }
   });
-  const Gates gates = load_gates(p, b, h);
+  const Gates gates = load_gates<IO>(p, b, h);
   const float decay = gates.decay, beta = gates.beta;
 
   // ---- 2. l2norm: the lanes of a column group hold all of Dk between them
@@ -394,7 +395,7 @@ __global__ void __launch_bounds__(8 * kWarp, GDN_VK_RING ? (sizeof(T) == 4 ? 102
     // o[j0 + cols[out_c]] = scale * (sum over the span of out[out_c]), written by its one writer lane.
     const float o_val = scale * reduce_scatter<kReduceLow, kReduceSpan, kColsHeld>(out, lane);
     if (writer && j0 + out_col < Dv)
-      with_dtype(p.o_dtype, [&](auto tag) {
+      with_dtype<IO>(p.o_dtype, [&](auto tag) {
         using E = decltype(tag);
         static_cast<E*>(p.o)[o_base + j0 + out_col] = Elem<E>::from_float(o_val);
       });
@@ -423,7 +424,7 @@ __global__ void __launch_bounds__(8 * kWarp, GDN_VK_RING ? (sizeof(T) == 4 ? 102
 // written, so in-place updates (s_out == s_in) are safe. Every barrier is
 // reached by all threads: the only early return (padding row) is uniform
 // over the block.
-template <typename T, int kDk, int kW>
+template <typename T, int kDk, int kW, typename IO>
 __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) : 1)
     decode_kv_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
                      FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale) {
@@ -495,7 +496,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     const int j = tt * kCols + warp * kVec + out_c;
     float x = 0.0f;
     if (j < Dv)
-      with_dtype(p.qkv_dtype, [&](auto tag) {
+      with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
         using E = decltype(tag);
         x = Elem<E>::to_float(static_cast<const E*>(p.v)[v_base + j]);
       });
@@ -512,7 +513,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   const int64_t q_base = b * p.q_batch_stride + int64_t(hk) * p.q_head_stride;
   const int64_t k_base = b * p.k_batch_stride + int64_t(hk) * p.k_head_stride;
   float qh[kRows], kh[kRows];
-  with_dtype(p.qkv_dtype, [&](auto tag) {
+  with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
     using E = decltype(tag);
     const E* qp = static_cast<const E*>(p.q) + q_base;
     const E* kp = static_cast<const E*>(p.k) + k_base;
@@ -523,7 +524,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
       kh[n] = i < Dk ? Elem<E>::to_float(kp[i]) : 0.0f;
     }
   });
-  const Gates gates = load_gates(p, b, h);
+  const Gates gates = load_gates<IO>(p, b, h);
   const float decay = gates.decay, beta = gates.beta;
 
   // ---- 2. l2norm: the 32 lanes of every warp hold all of Dk between them.
@@ -571,7 +572,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     const float o_val = scale * reduce_scatter<1, kWarp, kVec>(out, lane);
     const int jo = t * kCols + warp * kVec + out_c;
     if (writer && jo < Dv)
-      with_dtype(p.o_dtype, [&](auto tag) {
+      with_dtype<IO>(p.o_dtype, [&](auto tag) {
         using E = decltype(tag);
         static_cast<E*>(p.o)[o_base + jo] = Elem<E>::from_float(o_val);
       });
@@ -607,13 +608,27 @@ constexpr size_t smem_bytes(int warps_per_block) {
 #endif
 }
 
-// The kernel of (T, kLayout, kDk, kP) and its block size (vk: at 8 warps).
-template <typename T, Layout kLayout, int kDk, int kP>
+// The kernel of (T, kLayout, kDk, kP, IO).
+template <typename T, Layout kLayout, int kDk, int kP, typename IO>
 const void* kernel_of() {
   if constexpr (kLayout == Layout::kKV)
-    return reinterpret_cast<const void*>(&decode_kv_kernel<T, kDk, kP>);
+    return reinterpret_cast<const void*>(&decode_kv_kernel<T, kDk, kP, IO>);
   else
-    return reinterpret_cast<const void*>(&decode_kernel<T, kLayout, kDk, kP>);
+    return reinterpret_cast<const void*>(&decode_kernel<T, kLayout, kDk, kP, IO>);
+}
+
+// f(IO{}) with the kernel instantiation's IO for p (decode_kernel.cuh,
+// with_dtype): the shared dtype of q/k/v, a/b and o, or MixedIO.
+template <typename F>
+auto with_io(const DecodeParams& p, F&& f) {
+  if (p.qkv_dtype == p.ab_dtype && p.qkv_dtype == p.o_dtype) {
+    switch (p.qkv_dtype) {
+      case DType::kF32: return f(float{});
+      case DType::kF16: return f(fp16{});
+      default: return f(bf16{});
+    }
+  }
+  return f(MixedIO{});
 }
 
 // Warps of the kernel one SM holds at once (registers and the ring's shared
@@ -624,12 +639,12 @@ const void* kernel_of() {
 // gets the raised limit on the first one only (kv Dk = 256 elsewhere fails
 // to launch, reported as a status); a per-device table is the fix, not yet
 // run on a GPU.
-template <typename T, Layout kLayout, int kDk, int kP>
+template <typename T, Layout kLayout, int kDk, int kP, typename IO>
 int resident_warps_per_sm() {
   static const int warps = [] {
     const int w = kLayout == Layout::kKV ? kP : 8;
     const size_t smem = smem_bytes<T, kLayout, kDk, kP>(w);
-    const void* k = kernel_of<T, kLayout, kDk, kP>();
+    const void* k = kernel_of<T, kLayout, kDk, kP, IO>();
     static_assert(smem_bytes<T, kLayout, kDk, kP>(8) <= GDN_MAX_BLOCK_SMEM, "the ring exceeds a block's shared memory");
     // Failures here only cost speed (the launch reports any real error).
     (void)cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -656,12 +671,13 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
   const int64_t heads = p.batch * p.num_v_heads;
   const int64_t items = heads * g.items_per_head;
   const int cap = max_items_per_warp < g.items_per_head ? max_items_per_warp : g.items_per_head;
+  const int resident_warps = with_io(p, [](auto io) { return resident_warps_per_sm<T, kLayout, kDk, kP, decltype(io)>(); });
   if constexpr (kLayout == Layout::kKV) {
     // kv: an item is a block's tile of kP warps. Tiles a block streams: as
     // few as fill every resident block slot in one wave (at B = 8 every
     // tile's copies are issued at once: fp32 2.02x -> 1.62x), up to the
     // cap (4: all tiles of an fp32 head; best from B = 32 up, tune_cuda kv).
-    const int64_t slots = int64_t(resident_warps_per_sm<T, kLayout, kDk, kP>() / kP) * sms;
+    const int64_t slots = int64_t(resident_warps / kP) * sms;
     const int64_t n = (items + slots - 1) / slots;
     g.warps_per_block = kP;
     g.items_per_warp = int(n < 1 ? 1 : n > cap ? cap : n);
@@ -675,7 +691,7 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
   // B = 8 up (nothing in flight behind it); more items than this rule gives
   // lengthen the last wave (bf16 B = 32: 2 items 1.34x, 8 items 1.49x), while
   // long grids gain from 4 (bf16 B = 128: 1.15x vs 1.21x at 2).
-  const int64_t slots = int64_t(resident_warps_per_sm<T, kLayout, kDk, kP>()) * sms;
+  const int64_t slots = int64_t(resident_warps) * sms;
   int ipw = items <= slots || cap < 2 ? 1 : 2;
   while (ipw * 2 <= cap && items >= int64_t(4) * (ipw * 2) * slots) ipw *= 2;
   const int warps_per_head = (g.items_per_head + ipw - 1) / ipw;
@@ -697,19 +713,22 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
   const int64_t blocks = p.batch * p.num_v_heads * g.blocks_per_head;
   const FastDiv by_head_map(unsigned(p.head_map == HeadMap::kInterleaved ? p.num_v_heads / p.num_k_heads
                                                                          : p.num_k_heads));
-  resident_warps_per_sm<T, kLayout, kDk, kP>();  // once: the shared-memory limit is raised
-  if constexpr (kLayout == Layout::kKV) {
-    // The block shape is the tile's, whatever g.warps_per_block says.
-    decode_kv_kernel<T, kDk, kP><<<dim3(unsigned(blocks)), dim3(KvSmemTile<T, kDk, kP>::kThreads),
-                                   smem_bytes<T, kLayout, kDk, kP>(kP), stream>>>(
-        p, g.items_per_head, g.items_per_warp, FastDiv(unsigned(g.blocks_per_head)), FastDiv(unsigned(p.num_v_heads)),
-        by_head_map, scale);
-  } else {
-    decode_kernel<T, kLayout, kDk, kP><<<dim3(unsigned(blocks)), dim3(g.warps_per_block * kWarp),
-                                         smem_bytes<T, kLayout, kDk, kP>(g.warps_per_block), stream>>>(
-        p, g.items_per_head, g.items_per_warp, FastDiv(unsigned(g.blocks_per_head)),
-        FastDiv(unsigned(p.num_v_heads)), by_head_map, scale);
-  }
+  with_io(p, [&](auto io) {
+    using IO = decltype(io);
+    resident_warps_per_sm<T, kLayout, kDk, kP, IO>();  // once: the shared-memory limit is raised
+    if constexpr (kLayout == Layout::kKV) {
+      // The block shape is the tile's, whatever g.warps_per_block says.
+      decode_kv_kernel<T, kDk, kP, IO><<<dim3(unsigned(blocks)), dim3(KvSmemTile<T, kDk, kP>::kThreads),
+                                         smem_bytes<T, kLayout, kDk, kP>(kP), stream>>>(
+          p, g.items_per_head, g.items_per_warp, FastDiv(unsigned(g.blocks_per_head)),
+          FastDiv(unsigned(p.num_v_heads)), by_head_map, scale);
+    } else {
+      decode_kernel<T, kLayout, kDk, kP, IO><<<dim3(unsigned(blocks)), dim3(g.warps_per_block * kWarp),
+                                               smem_bytes<T, kLayout, kDk, kP>(g.warps_per_block), stream>>>(
+          p, g.items_per_head, g.items_per_warp, FastDiv(unsigned(g.blocks_per_head)),
+          FastDiv(unsigned(p.num_v_heads)), by_head_map, scale);
+    }
+  });
   return cudaGetLastError();
 }
 
