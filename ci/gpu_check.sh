@@ -6,7 +6,7 @@
 # built beforehand (for `hip`: build-hip32/ and build-hip64/, configured with
 # -DGDNKIT_ENABLE_HIP=ON -DGDNKIT_HIP_ON_NVIDIA=ON -DGDNKIT_HIP_WARP_SIZE=32|64),
 # and LIBS pointing at Kokkos / Google Benchmark if the machine lacks them.
-# Usage: ci/gpu_check.sh [tests|sanitize|bench|hip|run]...
+# Usage: ci/gpu_check.sh [tests|sanitize|bench|fused|hip|run]...
 set -u
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -91,6 +91,14 @@ hip)
     --gtest_filter='*Random*:*Golden*' > "$out/racecheck_hip64.txt" 2>&1; rc=$?
   tail -2 "$out/racecheck_hip64.txt"
   summary+=("racecheck hip64: rc=$rc $(grep -h 'RACECHECK SUMMARY' "$out/racecheck_hip64.txt" | head -1)")
+  [ $rc -eq 0 ] || status=1
+  ;;
+fused)
+  step "the fused middle (conv + step + gated RMSNorm) and PDL"
+  build-gpu/bench/bench_fused --benchmark_out="$out/bench_fused.json" --benchmark_out_format=json \
+    > "$out/bench_fused.txt" 2>&1; rc=$?
+  sed -n '/^fused middle/,$p' "$out/bench_fused.txt"
+  summary+=("bench_fused: rc=$rc")
   [ $rc -eq 0 ] || status=1
   ;;
 run)

@@ -24,7 +24,12 @@ std::string describe(const CaseSpec& s) {
        << s.bad_out << ", fork " << s.fork << ")";
   os << ", extra slots " << s.extra_slots << ", packed " << s.packed_qkv << ", k heads-outer "
      << s.k_heads_outer << ", pad head/batch/slot " << s.pad_head << "/" << s.pad_batch << "/"
-     << s.pad_slot << "]";
+     << s.pad_slot;
+  if (s.conv_width > 0)
+    os << ", conv W=" << s.conv_width << (s.conv_tap_major ? " tap-major" : " channel-major")
+       << (s.conv_bias ? " +bias" : " no bias") << " pad " << s.conv_pad;
+  if (s.norm) os << ", gated RMSNorm eps " << s.norm_eps;
+  os << "]";
   return os.str();
 }
 
@@ -52,10 +57,15 @@ void draw_qkv_ab(HostCase& hc, std::mt19937_64& rng) {
   const int64_t B = s.batch, Hk = s.hk, Hv = s.hv, Dk = s.dk, Dv = s.dv;
   std::normal_distribution<double> n01(0.0, 1.0);
   std::uniform_real_distribution<double> u01(0.0, 1.0);
+  const bool conv = s.conv_width > 0;
+  const int64_t cdim = 2 * Hk * Dk + Hv * Dv;
 
-  P.q.assign(size_t(B * Hk * Dk), 0.0);
-  P.k.assign(size_t(B * Hk * Dk), 0.0);
-  P.v.assign(size_t(B * Hv * Dv), 0.0);
+  // with the conv prologue, q, k and v are the conv's output: x is drawn instead
+  P.q.assign(conv ? 0 : size_t(B * Hk * Dk), 0.0);
+  P.k.assign(conv ? 0 : size_t(B * Hk * Dk), 0.0);
+  P.v.assign(conv ? 0 : size_t(B * Hv * Dv), 0.0);
+  if (conv) P.x.assign(size_t(B * cdim), 0.0);
+  if (s.norm) P.z.assign(size_t(B * Hv * Dv), 0.0);
   P.a.assign(size_t(B * Hv), 0.0);
   P.b.assign(size_t(B * Hv), 0.0);
 
@@ -67,7 +77,10 @@ void draw_qkv_ab(HostCase& hc, std::mt19937_64& rng) {
 
   std::vector<double> x(static_cast<size_t>(Dk)), y(static_cast<size_t>(Dk));
   for (int64_t row = 0; row < B; ++row) {
-    for (int64_t hk = 0; hk < Hk; ++hk) {
+    // x ~ N(0, 1): the raw projected row before the conv
+    for (int64_t c = 0; conv && c < cdim; ++c)
+      P.x[size_t(row * cdim + c)] = put(hc.x, s.qkv, row * hc.x_bs + c, n01(rng));
+    for (int64_t hk = 0; !conv && hk < Hk; ++hk) {
       for (int64_t i = 0; i < Dk; ++i) {
         x[size_t(i)] = n01(rng);
         y[size_t(i)] = n01(rng);
@@ -96,7 +109,7 @@ void draw_qkv_ab(HostCase& hc, std::mt19937_64& rng) {
             put(kbuf, s.qkv, k_base + row * hc.k_bs + hk * hc.k_hs + i, y[size_t(i)]);
       }
     }
-    for (int64_t h = 0; h < Hv; ++h)
+    for (int64_t h = 0; !conv && h < Hv; ++h)
       for (int64_t j = 0; j < Dv; ++j)
         P.v[size_t((row * Hv + h) * Dv + j)] =
             put(vbuf, s.qkv, v_base + row * hc.v_bs + h * hc.v_hs + j, n01(rng));
@@ -115,6 +128,11 @@ void draw_qkv_ab(HostCase& hc, std::mt19937_64& rng) {
       P.a[size_t(row * Hv + h)] = put(hc.a, s.ab, row * hc.a_bs + h, av);
       P.b[size_t(row * Hv + h)] = put(hc.b, s.ab, row * hc.b_bs + h, bv);
     }
+    // z ~ N(0, 1): the gate of the RMSNorm epilogue
+    for (int64_t h = 0; s.norm && h < Hv; ++h)
+      for (int64_t j = 0; j < Dv; ++j)
+        P.z[size_t((row * Hv + h) * Dv + j)] =
+            put(hc.z, s.qkv, row * hc.z_bs + h * hc.z_hs + j, n01(rng));
   }
 }
 
@@ -131,7 +149,16 @@ HostCase make_case(const CaseSpec& spec) {
   const size_t qe = gdn::dtype_size(s.qkv), abe = gdn::dtype_size(s.ab);
 
   // ---- strides and storage (gaps hold the canary: NaN)
-  if (s.packed_qkv) {
+  const bool conv = s.conv_width > 0;
+  const int64_t cdim = 2 * Hk * Dk + Hv * Dv;
+  if (conv && (s.conv_width < 2 || s.conv_width > 4))
+    throw std::runtime_error("conv_width must be 0, 2, 3 or 4");
+  if (conv && (s.packed_qkv || s.k_heads_outer))
+    throw std::runtime_error("the conv prologue takes x, not q/k/v storage options");
+  if (conv) {
+    hc.x_bs = cdim + s.pad_batch;
+    hc.x = canary_bytes(B * hc.x_bs, qe);
+  } else if (s.packed_qkv) {
     hc.mixed_row = 2 * Hk * Dk + Hv * Dv + s.pad_batch;
     hc.q_bs = hc.k_bs = hc.v_bs = hc.mixed_row;
     hc.q_hs = hc.k_hs = Dk;
@@ -161,6 +188,11 @@ HostCase make_case(const CaseSpec& spec) {
   hc.o_bs = Hv * hc.o_hs + s.pad_batch;
   hc.o_bytes = size_t(std::max<int64_t>(B * hc.o_bs, 1)) * gdn::dtype_size(s.out);
   hc.slot_stride = Hv * Dk * Dv + s.pad_slot;
+  if (s.norm) {
+    hc.z_hs = Dv + s.pad_head;
+    hc.z_bs = Hv * hc.z_hs + (s.pad_batch ? s.pad_batch + 3 : 0);
+    hc.z = canary_bytes(B * hc.z_bs, qe);
+  }
 
   // ---- slots
   const bool indexed = s.index != gdn::IndexType::kNone;
@@ -245,6 +277,9 @@ HostCase make_case(const CaseSpec& spec) {
   P.scale = s.scale != 0.0f ? double(s.scale) : 1.0 / std::sqrt(double(Dk));
   P.in_idx = in_idx;
   P.out_idx = out_idx;
+  P.conv_width = s.conv_width;
+  P.norm = s.norm;
+  P.norm_eps = double(s.norm_eps);
 
   // ---- values
   draw_qkv_ab(hc, rng);
@@ -274,6 +309,49 @@ HostCase make_case(const CaseSpec& spec) {
         for (int64_t j = 0; j < Dv; ++j)
           hc.pool[size_t(pool_index(P, sl, h, i, j))] =
               put(hc.state, s.state, hc.state_offset(sl, h, i, j), n05(rng));
+
+  // ---- conv prologue: weights, bias and the whole conv pool (random, non-zero)
+  if (conv) {
+    const int64_t W = s.conv_width, taps = W - 1;
+    int64_t span;
+    if (s.conv_tap_major) {  // [slot, W-1, conv_dim]
+      hc.conv_channel_stride = 1;
+      hc.conv_tap_stride = cdim + s.conv_pad;
+      span = (taps - 1) * hc.conv_tap_stride + cdim;
+    } else {  // [slot, conv_dim, W-1]
+      hc.conv_channel_stride = taps + s.conv_pad;
+      hc.conv_tap_stride = 1;
+      span = (cdim - 1) * hc.conv_channel_stride + taps;
+    }
+    hc.conv_slot_stride = span + s.pad_slot;
+    std::uniform_real_distribution<double> uw(-0.6, 0.6), ub(-0.2, 0.2);
+    hc.conv_weight.assign(size_t(cdim * W) * qe, 0);
+    P.conv_weight.resize(size_t(cdim * W));
+    for (int64_t i = 0; i < cdim * W; ++i)
+      P.conv_weight[size_t(i)] = put(hc.conv_weight, s.qkv, i, uw(rng));
+    if (s.conv_bias) {
+      hc.conv_bias.assign(size_t(cdim) * qe, 0);
+      P.conv_bias.resize(size_t(cdim));
+      for (int64_t c = 0; c < cdim; ++c) P.conv_bias[size_t(c)] = put(hc.conv_bias, s.qkv, c, ub(rng));
+    }
+    hc.conv_state = canary_bytes((S - 1) * hc.conv_slot_stride + span, qe);
+    hc.conv_pool.assign(size_t(S * cdim * taps), 0.0);
+    for (int64_t sl = 0; sl < S; ++sl)
+      for (int64_t c = 0; c < cdim; ++c)
+        for (int64_t t = 0; t < taps; ++t) {
+          double v = n01(rng);
+          if (std::fabs(v) < 1e-3) v = v < 0 ? -1e-3 : 1e-3;  // non-zero in every dtype
+          hc.conv_pool[size_t(conv_pool_index(P, sl, c, t))] =
+              put(hc.conv_state, s.qkv, hc.conv_offset(sl, c, t), v);
+        }
+  }
+  // ---- norm epilogue: the per-channel weight
+  if (s.norm) {
+    std::uniform_real_distribution<double> un(0.5, 1.5);
+    hc.norm_weight.assign(size_t(Dv) * qe, 0);
+    P.norm_weight.resize(size_t(Dv));
+    for (int64_t j = 0; j < Dv; ++j) P.norm_weight[size_t(j)] = put(hc.norm_weight, s.qkv, j, un(rng));
+  }
   return hc;
 }
 
@@ -294,6 +372,19 @@ std::vector<double> widen_pool(const HostCase& hc, const std::vector<uint8_t>& s
   return pool;
 }
 
+std::vector<double> widen_conv_pool(const HostCase& hc, const std::vector<uint8_t>& conv_bytes) {
+  const RefProblem& P = hc.ref;
+  if (P.conv_width <= 0) return {};
+  const int64_t cdim = ref_conv_dim(P), taps = P.conv_width - 1;
+  std::vector<double> pool(static_cast<size_t>(hc.num_slots * cdim * taps));
+  for (int64_t sl = 0; sl < hc.num_slots; ++sl)
+    for (int64_t c = 0; c < cdim; ++c)
+      for (int64_t t = 0; t < taps; ++t)
+        pool[size_t(conv_pool_index(P, sl, c, t))] =
+            gdn::load_element(conv_bytes.data(), hc.spec.qkv, hc.conv_offset(sl, c, t));
+  return pool;
+}
+
 // ---- DeviceCase ----------------------------------------------------------------
 
 DeviceCase::DeviceCase(const HostCase& hc, gdn::Backend be) : backend(be) {
@@ -303,7 +394,12 @@ DeviceCase::DeviceCase(const HostCase& hc, gdn::Backend be) : backend(be) {
     if (!f.empty()) std::memcpy(out.data(), f.data(), out.size());
     return out;
   };
-  if (s.packed_qkv) {
+  if (s.conv_width > 0) {
+    x = DeviceBuffer(be, hc.x);
+    conv_state = DeviceBuffer(be, hc.conv_state);
+    conv_weight = DeviceBuffer(be, hc.conv_weight);
+    if (s.conv_bias) conv_bias = DeviceBuffer(be, hc.conv_bias);
+  } else if (s.packed_qkv) {
     mixed = DeviceBuffer(be, hc.mixed);
   } else {
     q = DeviceBuffer(be, hc.q);
@@ -319,6 +415,10 @@ DeviceCase::DeviceCase(const HostCase& hc, gdn::Backend be) : backend(be) {
   counter = DeviceBuffer(be, std::vector<uint8_t>(4, 0));
   if (!hc.in_idx.empty()) in_idx = DeviceBuffer(be, hc.in_idx);
   if (!hc.out_idx.empty()) out_idx = DeviceBuffer(be, hc.out_idx);
+  if (s.norm) {
+    z = DeviceBuffer(be, hc.z);
+    norm_weight = DeviceBuffer(be, hc.norm_weight);
+  }
 
   p.batch = s.batch;
   p.num_k_heads = s.hk;
@@ -326,7 +426,18 @@ DeviceCase::DeviceCase(const HostCase& hc, gdn::Backend be) : backend(be) {
   p.head_dim_k = s.dk;
   p.head_dim_v = s.dv;
   p.qkv_dtype = s.qkv;
-  if (s.packed_qkv) {
+  if (s.conv_width > 0) {
+    // q, k, v stay null: they are the conv's output
+    p.conv_width = s.conv_width;
+    p.x = x.get();
+    p.x_batch_stride = hc.x_bs;
+    p.conv_state = conv_state.get();
+    p.conv_state_slot_stride = hc.conv_slot_stride;
+    p.conv_state_channel_stride = hc.conv_channel_stride;
+    p.conv_state_tap_stride = hc.conv_tap_stride;
+    p.conv_weight = conv_weight.get();
+    p.conv_bias = conv_bias.get();
+  } else if (s.packed_qkv) {
     gdn::set_packed_qkv(p, mixed.get(), hc.mixed_row);
   } else {
     p.q = q.get();
@@ -366,11 +477,21 @@ DeviceCase::DeviceCase(const HostCase& hc, gdn::Backend be) : backend(be) {
   p.l2norm = s.l2norm;
   p.l2norm_eps = s.eps;
   p.head_map = s.head_map;
+  if (s.norm) {
+    p.z = z.get();
+    p.z_batch_stride = hc.z_bs;
+    p.z_head_stride = hc.z_hs;
+    p.norm_weight = norm_weight.get();
+    p.norm_eps = s.norm_eps;
+  }
   p.stream = nullptr;
 }
 
 void DeviceCase::upload_inputs(const HostCase& hc) {
-  if (hc.spec.packed_qkv) {
+  if (hc.spec.norm) z.upload(hc.z);
+  if (hc.spec.conv_width > 0) {
+    x.upload(hc.x);
+  } else if (hc.spec.packed_qkv) {
     mixed.upload(hc.mixed);
   } else {
     q.upload(hc.q);
@@ -391,6 +512,71 @@ gdn::Status DeviceCase::run() {
 
 void check_step(const HostCase& hc, const RefResult& R, const std::vector<uint8_t>& o_bytes,
                 const std::vector<uint8_t>& state_before, const std::vector<uint8_t>& state_after,
+                uint32_t counter, double out_tol, double st_tol) {
+  if (hc.spec.conv_width > 0)
+    ADD_FAILURE() << "a conv case must be checked with its conv pool (the check_step overload "
+                     "taking conv_before / conv_after)";
+  check_step(hc, R, o_bytes, state_before, state_after, {}, {}, counter, out_tol, st_tol);
+}
+
+namespace {
+
+// The whole conv pool, bitwise: `want` is conv_before with the reference's
+// windows stored into the written slots; any other difference is a stray write.
+void check_conv_pool(const HostCase& hc, const RefResult& R, const std::vector<uint8_t>& conv_before,
+                     const std::vector<uint8_t>& conv_after) {
+  const CaseSpec& s = hc.spec;
+  const RefProblem& P = hc.ref;
+  const int64_t cdim = ref_conv_dim(P), taps = P.conv_width - 1;
+  const size_t qe = gdn::dtype_size(s.qkv);
+  if (conv_after.size() != conv_before.size()) {
+    ADD_FAILURE() << "conv pool: " << conv_after.size() << " bytes after the step, "
+                  << conv_before.size() << " before";
+    return;
+  }
+  std::vector<uint8_t> want = conv_before;
+  for (int64_t sl = 0; sl < hc.num_slots; ++sl) {
+    if (!R.slot_written[size_t(sl)]) continue;
+    for (int64_t c = 0; c < cdim; ++c)
+      for (int64_t t = 0; t < taps; ++t)
+        gdn::store_element(want.data(), s.qkv, hc.conv_offset(sl, c, t),
+                           R.conv_pool[size_t(conv_pool_index(P, sl, c, t))]);
+  }
+  int64_t diff = 0, first = -1;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (want[i] != conv_after[i] && diff++ == 0) first = int64_t(i);
+  if (diff == 0) return;
+  // name the first differing element: (slot, channel, tap), or a gap
+  const int64_t e = first / int64_t(qe);
+  const int64_t sl = e / hc.conv_slot_stride, rem = e % hc.conv_slot_stride;
+  int64_t c, t;
+  if (s.conv_tap_major) {
+    t = rem / hc.conv_tap_stride;
+    c = rem % hc.conv_tap_stride;
+  } else {
+    c = rem / hc.conv_channel_stride;
+    t = rem % hc.conv_channel_stride;
+  }
+  const bool gap = sl >= hc.num_slots || c >= cdim || t >= taps;
+  std::ostringstream os;
+  os << diff << " bytes of the conv pool differ from the expected pool; first at element " << e;
+  if (gap) {
+    os << " (a stride gap of slot " << sl << ", which nobody writes)";
+  } else {
+    os << " = conv_state[slot=" << sl << ",c=" << c << ",t=" << t << "] (slot "
+       << (R.slot_written[size_t(sl)] ? "written by the step" : "nobody writes") << ")";
+  }
+  os << ": got " << gdn::load_element(conv_after.data(), s.qkv, e) << ", expected "
+     << gdn::load_element(want.data(), s.qkv, e) << ", before the step "
+     << gdn::load_element(conv_before.data(), s.qkv, e);
+  ADD_FAILURE() << os.str();
+}
+
+}  // namespace
+
+void check_step(const HostCase& hc, const RefResult& R, const std::vector<uint8_t>& o_bytes,
+                const std::vector<uint8_t>& state_before, const std::vector<uint8_t>& state_after,
+                const std::vector<uint8_t>& conv_before, const std::vector<uint8_t>& conv_after,
                 uint32_t counter, double out_tol, double st_tol) {
   const CaseSpec& s = hc.spec;
   const RefProblem& P = hc.ref;
@@ -476,6 +662,10 @@ void check_step(const HostCase& hc, const RefResult& R, const std::vector<uint8_
   if (s.counter) {
     EXPECT_EQ(int64_t(counter), R.invalid) << "invalid_index_count";
   }
+
+  // ---- the conv pool: pure data movement, checked bitwise
+  if (s.conv_width > 0 && !(conv_before.empty() && conv_after.empty()))
+    check_conv_pool(hc, R, conv_before, conv_after);
 }
 
 void run_and_check(const CaseSpec& spec, gdn::Backend backend, bool allow_unsupported) {
@@ -485,10 +675,13 @@ void run_and_check(const CaseSpec& spec, gdn::Backend backend, bool allow_unsupp
   const gdn::Status st = dc.run();
   const std::vector<uint8_t> o_bytes = dc.o.download();
   const std::vector<uint8_t> state_after = dc.state.download();
+  const std::vector<uint8_t> conv_after =
+      spec.conv_width > 0 ? dc.conv_state.download() : std::vector<uint8_t>();
   if (allow_unsupported && st.code == gdn::StatusCode::kUnsupported) {
     std::printf("  %s: unsupported on %s (%s)\n", spec.name.c_str(), gdn::to_string(backend),
                 st.message);
     EXPECT_TRUE(state_after == hc.state) << "kUnsupported, but the pool changed";
+    EXPECT_TRUE(conv_after == hc.conv_state) << "kUnsupported, but the conv pool changed";
     EXPECT_TRUE(o_bytes == std::vector<uint8_t>(hc.o_bytes, kCanary))
         << "kUnsupported, but o was written";
     return;
@@ -497,8 +690,8 @@ void run_and_check(const CaseSpec& spec, gdn::Backend backend, bool allow_unsupp
   uint32_t counter = 0;
   const std::vector<uint8_t> c = dc.counter.download();
   std::memcpy(&counter, c.data(), 4);
-  const RefResult R = reference_step(hc.ref, hc.pool);
-  check_step(hc, R, o_bytes, hc.state, state_after, counter);
+  const RefResult R = reference_step(hc.ref, hc.pool, hc.conv_pool);
+  check_step(hc, R, o_bytes, hc.state, state_after, hc.conv_state, conv_after, counter);
 }
 
 }  // namespace gdn_test

@@ -84,6 +84,31 @@ SafetensorsFile valid_case() {
   return f;
 }
 
+// valid_case() in format version 2, with both optional stages: x instead of
+// q/k/v (conv_dim = 2*16 + 2*32 = 96), conv_width 4, a channel-major conv pool
+// (3, 96, 3), a conv_bias, and the gated RMSNorm (z, norm_weight, norm_eps).
+constexpr int64_t kConvDim = 96;
+SafetensorsFile valid_conv_case() {
+  const int64_t B = 2, Hv = 2, Dv = 32, S = 3, W = 4;
+  SafetensorsFile f = valid_case();
+  f.metadata["format_version"] = "2";
+  f.metadata["conv_width"] = "4";
+  f.metadata["conv_state_layout"] = "channel_major";
+  f.metadata["norm_eps"] = "1e-5";
+  f.tensors.erase("q");
+  f.tensors.erase("k");
+  f.tensors.erase("v");
+  f.tensors["x"] = make_tensor("F32", {B, kConvDim}, ramp(B * kConvDim));
+  f.tensors["conv_weight"] = make_tensor("F32", {kConvDim, W}, ramp(kConvDim * W, 0.05f));
+  f.tensors["conv_bias"] = make_tensor("F32", {kConvDim}, ramp(kConvDim, 0.01f, 0.0f));
+  f.tensors["conv_state"] = make_tensor("F32", {S, kConvDim, W - 1}, ramp(S * kConvDim * (W - 1)));
+  f.tensors["expected_conv_state"] = make_tensor(
+      "F64", {S, kConvDim, W - 1}, std::vector<double>(size_t(S * kConvDim * (W - 1)), 0.1));
+  f.tensors["z"] = make_tensor("F32", {B, Hv, Dv}, ramp(B * Hv * Dv));
+  f.tensors["norm_weight"] = make_tensor("F32", {Dv}, ramp(Dv, 0.01f, 1.0f));
+  return f;
+}
+
 std::vector<uint8_t> file_bytes(const std::string& p) {
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -432,7 +457,7 @@ TEST_F(GoldenTest, LoadUnknownLayout) {
 
 TEST_F(GoldenTest, LoadUnknownMetadataValues) {
   const std::pair<const char*, const char*> bad[] = {
-      {"op", "gdn_prefill"}, {"format_version", "2"}, {"l2norm", "l3"},
+      {"op", "gdn_prefill"}, {"format_version", "3"}, {"l2norm", "l3"},
       {"head_map", "spiral"}, {"gate", "cooked"},     {"output_dtype", "F8"},
       {"scale", "abc"},      {"l2norm_eps", "-1"},    {"num_slots", "4"},
       {"invalid_indices", "x"}};
@@ -443,6 +468,168 @@ TEST_F(GoldenTest, LoadUnknownMetadataValues) {
     write_ok(p, f);
     expect_load_error(p, kv.first, kv.second);
   }
+}
+
+// ---- load_case: format version 2 (conv prologue, gated RMSNorm) ------------------
+
+TEST_F(GoldenTest, LoadsConvAndNormCase) {
+  const std::string p = path("conv.safetensors");
+  write_ok(p, valid_conv_case());
+  Case c;
+  std::string error;
+  ASSERT_TRUE(gdn::golden::load_case(p, &c, &error)) << error;
+  const gdn::DecodeParams& q = c.params;
+  EXPECT_EQ(q.batch, 2);
+  EXPECT_EQ(q.num_k_heads, 1);  // from x's width: 96 = 2*Hk*16 + 2*32
+  EXPECT_EQ(q.qkv_dtype, gdn::DType::kF32);
+  EXPECT_EQ(q.conv_width, 4);
+  EXPECT_EQ(gdn::conv_dim(q), kConvDim);
+  EXPECT_EQ(q.x_batch_stride, kConvDim);
+  EXPECT_EQ(q.conv_state_tap_stride, 1);
+  EXPECT_EQ(q.conv_state_channel_stride, 3);
+  EXPECT_EQ(q.conv_state_slot_stride, kConvDim * 3);
+  EXPECT_FLOAT_EQ(q.norm_eps, 1e-5f);
+  EXPECT_EQ(q.z_batch_stride, 2 * 32);
+  EXPECT_EQ(q.z_head_stride, 32);
+  // pointers stay null: run_case points them at the backend's copies
+  EXPECT_EQ(q.x, nullptr);
+  EXPECT_EQ(q.conv_state, nullptr);
+  EXPECT_EQ(q.norm_weight, nullptr);
+  EXPECT_FALSE(c.packed_qkv);
+  EXPECT_FALSE(c.conv_tap_major);
+  EXPECT_TRUE(c.q.empty() && c.k.empty() && c.v.empty() && c.mixed_qkv.empty());
+  EXPECT_EQ(c.x.size(), size_t(2 * kConvDim * 4));
+  EXPECT_EQ(c.conv_weight.size(), size_t(kConvDim * 4 * 4));
+  EXPECT_EQ(c.conv_bias.size(), size_t(kConvDim * 4));
+  EXPECT_EQ(c.conv_state.size(), size_t(3 * kConvDim * 3 * 4));
+  EXPECT_EQ(c.expected_conv_state.size(), size_t(3 * kConvDim * 3));
+  EXPECT_EQ(c.z.size(), size_t(2 * 2 * 32 * 4));
+  EXPECT_EQ(c.norm_weight.size(), size_t(32 * 4));
+}
+
+TEST_F(GoldenTest, LoadsTapMajorConvStateAndTorchShapes) {
+  SafetensorsFile f = valid_conv_case();
+  f.metadata["conv_state_layout"] = " Tap_Major ";
+  f.metadata.erase("norm_eps");  // default 1e-6
+  f.tensors["conv_state"].shape = {3, 3, kConvDim};
+  f.tensors["expected_conv_state"] = make_tensor(
+      "F32", {3, 3, kConvDim}, std::vector<float>(size_t(3 * 3 * kConvDim), 0.1f));
+  f.tensors["conv_weight"].shape = {kConvDim, 1, 4};  // torch's depthwise Conv1d weight
+  f.tensors["x"].shape = {2, 1, kConvDim};
+  f.tensors["z"].shape = {2, 64};
+  f.tensors.erase("conv_bias");  // optional
+  const std::string p = path("tap.safetensors");
+  write_ok(p, f);
+  Case c;
+  std::string error;
+  ASSERT_TRUE(gdn::golden::load_case(p, &c, &error)) << error;
+  EXPECT_TRUE(c.conv_tap_major);
+  EXPECT_EQ(c.params.conv_state_channel_stride, 1);
+  EXPECT_EQ(c.params.conv_state_tap_stride, kConvDim);
+  EXPECT_EQ(c.params.conv_state_slot_stride, kConvDim * 3);
+  EXPECT_FLOAT_EQ(c.params.norm_eps, 1e-6f);
+  EXPECT_TRUE(c.conv_bias.empty());
+}
+
+TEST_F(GoldenTest, LoadConvWeightWrongShapeIsRefused) {
+  SafetensorsFile f = valid_conv_case();
+  f.tensors["conv_weight"] = make_tensor("F32", {kConvDim, 3}, ramp(kConvDim * 3));  // W=3, metadata 4
+  write_ok(path("w3.safetensors"), f);
+  expect_load_error(path("w3.safetensors"), "conv_weight", "shape [96, 3] is not [conv_dim, W] = [96, 4]");
+  f.tensors["conv_weight"] = make_tensor("F32", {95, 4}, ramp(95 * 4));
+  write_ok(path("c95.safetensors"), f);
+  expect_load_error(path("c95.safetensors"), "conv_weight", "shape [95, 4]");
+  f.tensors["conv_weight"] = make_tensor("F32", {4, kConvDim}, ramp(4 * kConvDim));  // transposed
+  write_ok(path("wt.safetensors"), f);
+  expect_load_error(path("wt.safetensors"), "conv_weight", "shape [4, 96]");
+}
+
+TEST_F(GoldenTest, LoadConvAndNormErrors) {
+  struct Bad {
+    const char* name;
+    void (*edit)(SafetensorsFile&);
+    const char* what;
+    const char* word;
+  };
+  const Bad bad[] = {
+      {"no_width", [](SafetensorsFile& f) { f.metadata.erase("conv_width"); }, "conv_width", "missing"},
+      {"width5", [](SafetensorsFile& f) { f.metadata["conv_width"] = "5"; }, "conv_width", "\"5\""},
+      {"width0", [](SafetensorsFile& f) { f.metadata["conv_width"] = "0"; }, "conv_width", "has x"},
+      {"layout", [](SafetensorsFile& f) { f.metadata["conv_state_layout"] = "sideways"; },
+       "conv_state_layout", "sideways"},
+      {"cs_dtype",
+       [](SafetensorsFile& f) {
+         f.tensors["conv_state"] = make_tensor("F16", {3, kConvDim, 3}, std::vector<uint16_t>(3 * 96 * 3));
+       },
+       "conv_state", "differs from x's F32"},
+      {"cs_shape", [](SafetensorsFile& f) { f.tensors["conv_state"].shape = {3, 3, kConvDim}; },
+       "conv_state", "shape [3, 3, 96]"},
+      {"cs_slots",
+       [](SafetensorsFile& f) {
+         f.tensors["conv_state"] = make_tensor("F32", {2, kConvDim, 3}, ramp(2 * kConvDim * 3));
+       },
+       "conv_state", "fewer slots than num_slots=3"},
+      {"no_ecs", [](SafetensorsFile& f) { f.tensors.erase("expected_conv_state"); }, "expected_conv_state",
+       "missing"},
+      {"ecs_shape", [](SafetensorsFile& f) { f.tensors["expected_conv_state"].shape = {3, 3, kConvDim}; },
+       "expected_conv_state", "not conv_state's shape"},
+      {"ecs_dtype",
+       [](SafetensorsFile& f) {
+         f.tensors["expected_conv_state"] = make_tensor("I32", {3, kConvDim, 3}, std::vector<int32_t>(3 * 96 * 3));
+       },
+       "expected_conv_state", "not supported"},
+      {"x_and_q",
+       [](SafetensorsFile& f) { f.tensors["q"] = make_tensor("F32", {2, 1, 16}, ramp(32)); },
+       "x", "together with q/k/v"},
+      {"x_shape", [](SafetensorsFile& f) { f.tensors["x"] = make_tensor("F32", {2, 95}, ramp(190)); },
+       "x", "shape [2, 95]"},
+      {"w_dtype",
+       [](SafetensorsFile& f) {
+         f.tensors["conv_weight"] = make_tensor("BF16", {kConvDim, 4}, std::vector<uint16_t>(96 * 4));
+       },
+       "conv_weight", "differs from x's F32"},
+      {"bias_shape",
+       [](SafetensorsFile& f) { f.tensors["conv_bias"] = make_tensor("F32", {64}, ramp(64)); },
+       "conv_bias", "shape [64]"},
+      {"z_alone", [](SafetensorsFile& f) { f.tensors.erase("norm_weight"); }, "z", "without norm_weight"},
+      {"no_z", [](SafetensorsFile& f) { f.tensors.erase("z"); }, "z", "missing"},
+      {"nw_shape", [](SafetensorsFile& f) { f.tensors["norm_weight"] = make_tensor("F32", {16}, ramp(16)); },
+       "norm_weight", "shape [16]"},
+      {"z_shape", [](SafetensorsFile& f) { f.tensors["z"] = make_tensor("F32", {2, 2, 16}, ramp(64)); },
+       "z", "does not hold (B, Hv, Dv)"},
+      {"z_dtype",
+       [](SafetensorsFile& f) {
+         f.tensors["z"] = make_tensor("F16", {2, 2, 32}, std::vector<uint16_t>(128, 0x3c00));
+       },
+       "z", "differs from x's F32"},
+      {"norm_eps", [](SafetensorsFile& f) { f.metadata["norm_eps"] = "-1"; }, "norm_eps", "-1"},
+      {"v1_with_x", [](SafetensorsFile& f) { f.metadata["format_version"] = "1"; }, "x",
+       "format_version 2 tensor"},
+  };
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(b.name);
+    SafetensorsFile f = valid_conv_case();
+    b.edit(f);
+    const std::string p = path(std::string("conv_") + b.name + ".safetensors");
+    write_ok(p, f);
+    expect_load_error(p, b.what, b.word);
+  }
+  // v2 tensors in a case without x: refused rather than ignored.
+  SafetensorsFile f = valid_case();
+  f.metadata["format_version"] = "2";
+  f.tensors["conv_state"] = make_tensor("F32", {3, kConvDim, 3}, ramp(3 * kConvDim * 3));
+  write_ok(path("cs_no_x.safetensors"), f);
+  expect_load_error(path("cs_no_x.safetensors"), "conv_state", "without x");
+  f = valid_case();
+  f.metadata["conv_width"] = "3";
+  write_ok(path("w_no_x.safetensors"), f);
+  expect_load_error(path("w_no_x.safetensors"), "conv_width", "no x");
+  f = valid_case();
+  f.metadata["format_version"] = "2";
+  f.tensors["norm_weight"] = make_tensor("F32", {32}, ramp(32));
+  f.tensors["z"] = make_tensor("F16", {2, 2, 32}, std::vector<uint16_t>(128, 0x3c00));
+  write_ok(path("z_q.safetensors"), f);
+  expect_load_error(path("z_q.safetensors"), "z", "differs from q's F32");
 }
 
 TEST_F(GoldenTest, LoadUnsupportedDtype) {
@@ -624,6 +811,142 @@ TEST(GoldenRun, DecodeErrorsAreReportedNotThrown) {
   const auto r = gdn::golden::run_case(c, gdn::Backend::kHost);
   EXPECT_FALSE(r.pass);
   EXPECT_FALSE(r.error.empty());
+}
+
+// ---- run_case: an analytic conv + norm case on the host backend --------------------
+//
+// Precomputed gate g = 0, beta = 0 and no l2norm: the state passes through
+// unchanged and o = scale * S^T q, with q the first Dk channels of the conv
+// output y = silu(sum_j w[c, j] window[c, j] + bias[c]). Small enough to form
+// here; the golden files hold the real (numpy) reference.
+float silu_f(double t) { return float(t / (1.0 + std::exp(-t))); }
+
+Case analytic_conv_case(bool tap_major, bool norm) {
+  const int64_t B = 2, Hk = 1, Hv = 1, Dk = 16, Dv = 16, S = 3, W = 3, T = W - 1;
+  const int64_t C = 2 * Hk * Dk + Hv * Dv;  // 48
+  Case c;
+  c.path = "analytic_conv";
+  gdn::DecodeParams& p = c.params;
+  p.batch = B;
+  p.num_k_heads = int32_t(Hk);
+  p.num_v_heads = int32_t(Hv);
+  p.head_dim_k = int32_t(Dk);
+  p.head_dim_v = int32_t(Dv);
+  p.qkv_dtype = p.ab_dtype = p.o_dtype = p.state_dtype = gdn::DType::kF32;
+  p.layout = gdn::Layout::kKV;
+  p.gate = gdn::Gate::kPrecomputed;
+  p.l2norm = gdn::L2Norm::kNone;
+  p.scale = 0.5f;
+  p.num_slots = S;
+  p.index_dtype = gdn::IndexType::kI32;
+  p.conv_width = int32_t(W);
+  p.norm_eps = 1e-5f;
+  gdn::set_dense_strides(p);
+  if (tap_major) {
+    p.conv_state_channel_stride = 1;
+    p.conv_state_tap_stride = C;
+  }
+  c.conv_tap_major = tap_major;
+
+  auto bytes = [](const std::vector<float>& v) {
+    std::vector<uint8_t> r(v.size() * 4);
+    std::memcpy(r.data(), v.data(), r.size());
+    return r;
+  };
+  const std::vector<float> x = ramp(B * C, 0.05f, 0.1f);
+  const std::vector<float> w = ramp(C * W, 0.04f, 0.05f);
+  const std::vector<float> bias = ramp(C, 0.01f, -0.02f);
+  const std::vector<float> conv = ramp(S * C * T, 0.03f, 0.2f);  // as stored
+  const std::vector<float> state = ramp(S * Hv * Dk * Dv, 0.03125f, 0.25f);
+  const std::vector<float> z = ramp(B * Hv * Dv, 0.1f, 0.3f);
+  const std::vector<float> nw = ramp(Dv, 0.02f, 1.0f);
+  auto at = [&](int64_t slot, int64_t ch, int64_t t) {
+    return slot * C * T + (tap_major ? t * C + ch : ch * T + t);
+  };
+  c.x = bytes(x);
+  c.conv_weight = bytes(w);
+  c.conv_bias = bytes(bias);
+  c.conv_state = bytes(conv);
+  c.state = bytes(state);
+  c.a = bytes(std::vector<float>(size_t(B * Hv), 0.0f));  // g = 0
+  c.b = bytes(std::vector<float>(size_t(B * Hv), 0.0f));  // beta = 0
+  if (norm) {
+    c.z = bytes(z);
+    c.norm_weight = bytes(nw);
+  }
+  // row 0: slot 1 in place; row 1: padding
+  const std::vector<int32_t> idx = {1, -1};
+  c.state_indices.resize(8);
+  std::memcpy(c.state_indices.data(), idx.data(), 8);
+  c.expected_invalid_indices = 0;
+
+  c.expected_state = to_double(state);
+  c.expected_conv_state = to_double(conv);
+  c.expected_o.assign(size_t(B * Hv * Dv), 0.0);
+  const int64_t slot = 1, row = 0;
+  std::vector<double> y(static_cast<size_t>(C));
+  for (int64_t ch = 0; ch < C; ++ch) {
+    double acc = bias[size_t(ch)];
+    for (int64_t j = 0; j < W; ++j) {
+      const double win = j < T ? conv[size_t(at(slot, ch, j))] : x[size_t(row * C + ch)];
+      acc += w[size_t(ch * W + j)] * win;
+    }
+    y[size_t(ch)] = acc / (1.0 + std::exp(-acc));
+    for (int64_t t = 0; t < T; ++t)  // shift in x
+      c.expected_conv_state[size_t(at(slot, ch, t))] =
+          t + 1 < T ? conv[size_t(at(slot, ch, t + 1))] : x[size_t(row * C + ch)];
+  }
+  const float* s = state.data() + slot * Hv * Dk * Dv;  // (Dk, Dv), unchanged by beta = 0
+  double ss = 0;
+  for (int64_t j = 0; j < Dv; ++j) {
+    double acc = 0;
+    for (int64_t i = 0; i < Dk; ++i) acc += double(s[i * Dv + j]) * y[size_t(i)];  // q = y[0 .. Dk)
+    c.expected_o[size_t(j)] = 0.5 * acc;
+    ss += 0.25 * acc * acc;
+  }
+  if (norm) {
+    const double inv = 1.0 / std::sqrt(ss / double(Dv) + 1e-5);
+    for (int64_t j = 0; j < Dv; ++j)
+      c.expected_o[size_t(j)] *= nw[size_t(j)] * inv * double(silu_f(z[size_t(j)]));
+  }
+  return c;
+}
+
+TEST(GoldenRun, AnalyticConvCasePassesOnHost) {
+  for (bool tap_major : {false, true}) {
+    for (bool norm : {false, true}) {
+      SCOPED_TRACE(std::string(tap_major ? "tap_major" : "channel_major") + (norm ? " norm" : ""));
+      const Case c = analytic_conv_case(tap_major, norm);
+      const auto r = gdn::golden::run_case(c, gdn::Backend::kHost);
+      EXPECT_TRUE(r.error.empty()) << r.error;
+      EXPECT_TRUE(r.pass) << " o " << r.o.rel_l2 << " state " << r.state.rel_l2 << " conv "
+                          << r.conv_state.exact_mismatches;
+      EXPECT_TRUE(r.has_conv_state);
+      EXPECT_EQ(r.conv_state.exact_mismatches, 0);
+      EXPECT_EQ(r.conv_state.rel_l2, 0.0);
+      EXPECT_LT(r.o.rel_l2, 1e-6);
+      EXPECT_NE(r.notes.find(tap_major ? "tap_major" : "channel_major"), std::string::npos) << r.notes;
+    }
+  }
+}
+
+TEST(GoldenRun, ConvStateIsComparedBitwise) {
+  // One float ulp off, in the written slot and in an untouched one: both fail.
+  for (int64_t i : {int64_t(0), int64_t(48 * 2 + 5)}) {  // slot 0 untouched; slot 1 written
+    Case c = analytic_conv_case(false, false);
+    c.expected_conv_state[size_t(i)] =
+        double(std::nextafter(float(c.expected_conv_state[size_t(i)]), 10.0f));
+    const auto r = gdn::golden::run_case(c, gdn::Backend::kHost);
+    EXPECT_FALSE(r.pass);
+    EXPECT_TRUE(r.o.pass);
+    EXPECT_FALSE(r.conv_state.pass);
+    EXPECT_EQ(r.conv_state.exact_mismatches, 1);
+    EXPECT_EQ(r.conv_state.worst_index, i);
+  }
+  // A v1 case has no conv comparison.
+  const auto r = gdn::golden::run_case(analytic_case(false), gdn::Backend::kHost);
+  EXPECT_FALSE(r.has_conv_state);
+  EXPECT_TRUE(r.pass);
 }
 
 TEST_F(GoldenTest, ListCasesIsRecursiveAndSorted) {

@@ -29,7 +29,17 @@ void* fake(int r, size_t offset_bytes = 0) {
   return reinterpret_cast<void*>((uintptr_t(r + 1) << 40) + offset_bytes);
 }
 
-enum Region { kQ, kK, kV, kA, kB, kALog, kDtBias, kState, kO, kIdx, kOutIdx, kCounter };
+enum Region {
+  kQ, kK, kV, kA, kB, kALog, kDtBias, kState, kO, kIdx, kOutIdx, kCounter,
+  kX, kConvState, kConvWeight, kConvBias, kZ, kNormWeight
+};
+
+// Elements of one conv pool slot, for valid strides (validate.cpp's rule).
+int64_t conv_span(const DecodeParams& p) {
+  const int64_t taps = p.conv_width - 1, cdim = gdn::conv_dim(p);
+  return p.conv_state_tap_stride == 1 ? (cdim - 1) * p.conv_state_channel_stride + taps
+                                      : (taps - 1) * p.conv_state_tap_stride + cdim;
+}
 
 struct Rng {
   std::mt19937_64 g;
@@ -111,6 +121,36 @@ DecodeParams random_valid(Rng& r) {
   p.state_slot_stride = Hv * Dk * Dv + pad();
   if (p.num_slots == 1 && r.coin(4)) p.state_slot_stride = 0;  // one slot: any stride >= 0
   if (r.coin()) p.invalid_index_count = static_cast<uint32_t*>(fake(kCounter));
+
+  // the conv prologue (q, k, v null then) and the gated RMSNorm epilogue
+  if (r.coin(3)) {
+    p.conv_width = 2 + r.pick(3);
+    p.q = p.k = p.v = nullptr;
+    const int64_t cdim = gdn::conv_dim(p), taps = p.conv_width - 1;
+    p.x = fake(kX);
+    p.x_batch_stride = cdim + pad();
+    if (B <= 1 && r.coin(4)) p.x_batch_stride = int64_t(r.pick(3)) - 1;  // unused
+    if (r.coin()) {  // [slot, conv_dim, W-1]
+      p.conv_state_tap_stride = 1;
+      p.conv_state_channel_stride = taps + (r.coin() ? 0 : r.pick(5));
+    } else {  // [slot, W-1, conv_dim]
+      p.conv_state_channel_stride = 1;
+      p.conv_state_tap_stride = cdim + pad();
+      if (taps == 1 && r.coin(4)) p.conv_state_tap_stride = 1 + r.pick(3);  // unused
+    }
+    p.conv_state_slot_stride = conv_span(p) + pad();
+    if (p.num_slots == 1 && r.coin(4)) p.conv_state_slot_stride = 0;  // one slot: any >= 0
+    p.conv_state = fake(kConvState);
+    p.conv_weight = fake(kConvWeight);
+    if (r.coin()) p.conv_bias = fake(kConvBias);
+  }
+  if (r.coin(3)) {
+    p.norm_weight = fake(kNormWeight);
+    p.z = fake(kZ);
+    strides(Hv, Dv, p.z_batch_stride, p.z_head_stride);
+    p.norm_eps = r.coin(4) ? 0.0f : std::pow(10.0f, -float(1 + r.pick(8)));
+  }
+  p.programmatic_launch = r.coin();
   return p;
 }
 
@@ -191,7 +231,8 @@ std::vector<Invalid> invalid_mutations() {
                {"l2norm_eps"}});
   // ---- pointers
   for (int w = 0; w < 5; ++w) {
-    m.push_back({std::string("null ") + ptr_names[w], always,
+    m.push_back({std::string("null ") + ptr_names[w],
+                 [w](const DecodeParams& p) { return w >= 3 || p.conv_width == 0; },
                  [ptr_field, w](DecodeParams& p, Rng&) { *ptr_field(p, w) = nullptr; },
                  {ptr_names[w]}});
     m.push_back({std::string("misaligned ") + ptr_names[w], [ptr_field, w](const DecodeParams& p) {
@@ -280,15 +321,21 @@ std::vector<Invalid> invalid_mutations() {
   for (const T& t : tensors) {
     auto heads = [t](const DecodeParams& p) { return t.k_heads ? p.num_k_heads : p.num_v_heads; };
     auto dim = [t](const DecodeParams& p) { return t.dim_k ? p.head_dim_k : p.head_dim_v; };
-    m.push_back({std::string(t.name) + " head stride < D", [heads](const DecodeParams& p) { return heads(p) > 1; },
+    // q, k, v strides are unused with the conv prologue
+    const bool qkv = t.name[0] != 'o';
+    auto used = [qkv](const DecodeParams& p) { return !qkv || p.conv_width == 0; };
+    m.push_back({std::string(t.name) + " head stride < D",
+                 [heads, used](const DecodeParams& p) { return used(p) && heads(p) > 1; },
                  [t, dim](DecodeParams& p, Rng& r) { p.*t.hs = dim(p) - 1 - r.pick(64); },
                  {t.name}});
-    m.push_back({std::string(t.name) + " batch stride < D", [](const DecodeParams& p) { return p.batch > 1; },
+    m.push_back({std::string(t.name) + " batch stride < D",
+                 [used](const DecodeParams& p) { return used(p) && p.batch > 1; },
                  [t, dim](DecodeParams& p, Rng& r) { p.*t.bs = dim(p) - 1 - r.pick(64); },
                  {t.name}});
     m.push_back({std::string(t.name) + " rows overlap",
-                 [heads](const DecodeParams& p) {
-                   return p.batch > 1 && heads(p) > 1 && p.head_dim_k > 0 && p.head_dim_v > 0;
+                 [heads, used](const DecodeParams& p) {
+                   return used(p) && p.batch > 1 && heads(p) > 1 && p.head_dim_k > 0 &&
+                          p.head_dim_v > 0;
                  },
                  [t, dim](DecodeParams& p, Rng&) {
                    p.*t.bs = dim(p);
@@ -303,7 +350,9 @@ std::vector<Invalid> invalid_mutations() {
                [](DecodeParams& p, Rng& r) { p.b_batch_stride = p.num_v_heads - 1 - r.pick(8); },
                {"b"}});
   m.push_back({"q reaches past 2^60",
-               [](const DecodeParams& p) { return p.batch > 1 && p.batch <= (int64_t(1) << 31); },
+               [](const DecodeParams& p) {
+                 return p.conv_width == 0 && p.batch > 1 && p.batch <= (int64_t(1) << 31);
+               },
                [](DecodeParams& p, Rng&) {
                  p.q_batch_stride = kMaxElements / (p.batch - 1) + 1;
                },
@@ -340,9 +389,10 @@ std::vector<Invalid> invalid_mutations() {
   auto has_rows = [](const DecodeParams& p) { return p.batch >= 1; };
   m.push_back({"o = state", has_rows, [](DecodeParams& p, Rng&) { p.o = p.state; },
                {"state", "o"}});
-  m.push_back({"o over v", has_rows, [](DecodeParams& p, Rng&) { p.o = const_cast<void*>(p.v); },
-               {"o"}});
-  m.push_back({"state over q", has_rows,
+  auto rows_no_conv = [](const DecodeParams& p) { return p.batch >= 1 && p.conv_width == 0; };
+  m.push_back({"o over v", rows_no_conv,
+               [](DecodeParams& p, Rng&) { p.o = const_cast<void*>(p.v); }, {"o"}});
+  m.push_back({"state over q", rows_no_conv,
                [](DecodeParams& p, Rng&) { p.state = const_cast<void*>(p.q); }, {"state"}});
   m.push_back({"counter on o", has_rows,
                [](DecodeParams& p, Rng&) { p.invalid_index_count = static_cast<uint32_t*>(p.o); },
@@ -350,6 +400,150 @@ std::vector<Invalid> invalid_mutations() {
   m.push_back({"b inside state", has_rows,
                [](DecodeParams& p, Rng&) { p.b = static_cast<const char*>(p.state) + 64; },
                {"state", "b"}});
+
+  // ---- the conv prologue and the gated RMSNorm epilogue
+  auto conv_on = [](const DecodeParams& p) { return p.conv_width != 0; };
+  auto conv_off = [](const DecodeParams& p) { return p.conv_width == 0; };
+  auto norm_on = [](const DecodeParams& p) { return p.norm_weight != nullptr; };
+  m.push_back({"conv_width bad", always,
+               [](DecodeParams& p, Rng& r) {
+                 const int32_t v[] = {1, 5, -1, 64, std::numeric_limits<int32_t>::min()};
+                 p.conv_width = v[r.pick(5)];
+               },
+               {"conv_width"}});
+  const char* qkv_names[] = {"q", "k", "v"};
+  const Region qkv_regions[] = {kQ, kK, kV};
+  for (int w = 0; w < 3; ++w)
+    m.push_back({std::string(qkv_names[w]) + " with conv", conv_on,
+                 [ptr_field, w, qkv_regions](DecodeParams& p, Rng&) {
+                   *ptr_field(p, w) = fake(qkv_regions[w]);
+                 },
+                 {qkv_names[w]}});
+  struct ConvPtr {
+    const char* name;
+    Region region;
+    bool required;  // null refused with the conv on
+  };
+  const ConvPtr conv_ptrs[] = {{"x", kX, true},
+                               {"conv_state", kConvState, true},
+                               {"conv_weight", kConvWeight, true},
+                               {"conv_bias", kConvBias, false}};
+  auto conv_ptr = [](DecodeParams& p, const std::string& name) -> const void** {
+    if (name == "x") return &p.x;
+    if (name == "conv_weight") return &p.conv_weight;
+    if (name == "conv_bias") return &p.conv_bias;
+    return const_cast<const void**>(&p.conv_state);
+  };
+  for (const ConvPtr& cp : conv_ptrs) {
+    const std::string name = cp.name;
+    m.push_back({name + " without conv", conv_off,
+                 [conv_ptr, name, cp](DecodeParams& p, Rng&) { *conv_ptr(p, name) = fake(cp.region); },
+                 {name}});
+    if (cp.required)
+      m.push_back({"null " + name + " with conv", conv_on,
+                   [conv_ptr, name](DecodeParams& p, Rng&) { *conv_ptr(p, name) = nullptr; },
+                   {name}});
+    m.push_back({"misaligned " + name,
+                 [conv_ptr, name](const DecodeParams& p) {
+                   return p.conv_width != 0 &&
+                          *conv_ptr(const_cast<DecodeParams&>(p), name) != nullptr;
+                 },
+                 [conv_ptr, name](DecodeParams& p, Rng&) {
+                   const void** f = conv_ptr(p, name);
+                   *f = static_cast<const char*>(*f) + 1;
+                 },
+                 {name}});
+  }
+  m.push_back({"z without norm_weight", [](const DecodeParams& p) { return !p.norm_weight; },
+               [](DecodeParams& p, Rng&) { p.z = fake(kZ); }, {"z"}});
+  m.push_back({"null z with norm_weight", norm_on, [](DecodeParams& p, Rng&) { p.z = nullptr; },
+               {"z"}});
+  m.push_back({"misaligned z", norm_on,
+               [](DecodeParams& p, Rng&) { p.z = static_cast<const char*>(p.z) + 1; }, {"z"}});
+  m.push_back({"misaligned norm_weight", norm_on,
+               [](DecodeParams& p, Rng&) {
+                 p.norm_weight = static_cast<const char*>(p.norm_weight) + 1;
+               },
+               {"norm_weight"}});
+  m.push_back({"norm_eps bad", always,
+               [](DecodeParams& p, Rng& r) {
+                 const float v[] = {-1e-6f, -1.0f, std::numeric_limits<float>::quiet_NaN(),
+                                    std::numeric_limits<float>::infinity(),
+                                    -std::numeric_limits<float>::infinity()};
+                 p.norm_eps = v[r.pick(5)];
+               },
+               {"norm_eps"}});
+  m.push_back({"x batch stride < conv_dim",
+               [](const DecodeParams& p) { return p.conv_width != 0 && p.batch > 1; },
+               [](DecodeParams& p, Rng& r) { p.x_batch_stride = gdn::conv_dim(p) - 1 - r.pick(64); },
+               {"x"}});
+  m.push_back({"z head stride < Dv", norm_on,
+               [](DecodeParams& p, Rng& r) { p.z_head_stride = p.head_dim_v - 1 - r.pick(16); },
+               {"z"}});
+  m.push_back({"z batch stride < Dv",
+               [](const DecodeParams& p) { return p.norm_weight && p.batch > 1; },
+               [](DecodeParams& p, Rng& r) { p.z_batch_stride = p.head_dim_v - 1 - r.pick(16); },
+               {"z"}});
+  m.push_back({"conv_state strides overlap", conv_on,
+               [](DecodeParams& p, Rng& r) {
+                 const int64_t taps = p.conv_width - 1;
+                 if (taps > 1 && r.coin()) {  // channel-major, channel stride < W-1
+                   p.conv_state_tap_stride = 1;
+                   p.conv_state_channel_stride = taps - 1;
+                 } else if (taps > 1) {  // tap-major, tap stride < conv_dim
+                   p.conv_state_channel_stride = 1;
+                   p.conv_state_tap_stride = gdn::conv_dim(p) - 1 - r.pick(16);
+                 } else {  // neither stride 1
+                   p.conv_state_channel_stride = 0;
+                   p.conv_state_tap_stride = 2 + r.pick(4);
+                 }
+               },
+               {"conv_state"}});
+  m.push_back({"conv_state strides past 2^60", conv_on,
+               [](DecodeParams& p, Rng& r) {
+                 if (r.coin()) {
+                   p.conv_state_tap_stride = 1;
+                   p.conv_state_channel_stride = kMaxElements / gdn::conv_dim(p) + 1 + r.pick(99);
+                 } else {
+                   p.conv_state_channel_stride = 1;
+                   p.conv_state_tap_stride = kMaxElements / 4 + 1 + r.pick(99);
+                 }
+               },
+               {"conv_state"}});
+  m.push_back({"conv slot stride < span",
+               [](const DecodeParams& p) { return p.conv_width != 0 && p.num_slots > 1; },
+               [](DecodeParams& p, Rng& r) {
+                 p.conv_state_slot_stride = conv_span(p) - 1 - r.pick(100);
+               },
+               {"conv_state_slot_stride"}});
+  m.push_back({"conv slot stride < 0", conv_on,
+               [](DecodeParams& p, Rng& r) { p.conv_state_slot_stride = -1 - r.pick(100); },
+               {"conv_state_slot_stride"}});
+  m.push_back({"conv pool past 2^60",
+               [](const DecodeParams& p) { return p.conv_width != 0 && p.num_slots >= 1; },
+               [](DecodeParams& p, Rng&) {
+                 p.conv_state_slot_stride = kMaxElements / p.num_slots + 1;
+               },
+               {"conv_state_slot_stride"}});
+  m.push_back({"conv_state over state", conv_on,
+               [](DecodeParams& p, Rng&) { p.conv_state = p.state; }, {"state", "conv_state"}});
+  m.push_back({"conv_state over x",
+               [](const DecodeParams& p) { return p.conv_width != 0 && p.batch >= 1; },
+               [](DecodeParams& p, Rng&) { p.conv_state = const_cast<void*>(p.x); },
+               {"conv_state", "x"}});
+  m.push_back({"conv_weight inside conv_state", conv_on,
+               [](DecodeParams& p, Rng&) {
+                 p.conv_weight = static_cast<const char*>(p.conv_state) + 16;
+               },
+               {"conv_state", "conv_weight"}});
+  m.push_back({"o over z",
+               [](const DecodeParams& p) { return p.norm_weight && p.batch >= 1; },
+               [](DecodeParams& p, Rng&) { p.o = const_cast<void*>(p.z); }, {"o", "z"}});
+  m.push_back({"norm_weight inside state", norm_on,
+               [](DecodeParams& p, Rng&) {
+                 p.norm_weight = static_cast<const char*>(p.state) + 64;
+               },
+               {"state", "norm_weight"}});
   return m;
 }
 

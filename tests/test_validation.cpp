@@ -21,8 +21,13 @@ using gdn::DType;
 using gdn::StatusCode;
 
 // B=3 rows, Hk=2, Hv=4, Dk=64, Dv=128: bf16 q/k/v/a/b/o, fp32 state, 4 slots.
+// The regions of the conv prologue (x, conv state pool with W-1 = 3 taps,
+// weight, bias) and of the norm epilogue (z, norm_weight) are filled too;
+// with_conv_norm() turns the base call into a valid call with both.
 struct Arena {
   static constexpr int64_t B = 3, Hk = 2, Hv = 4, Dk = 64, Dv = 128, kSlots = 4;
+  static constexpr int64_t kConvDim = 2 * Hk * Dk + Hv * Dv;  // 768
+  static constexpr int32_t kW = 4;
 
   explicit Arena(gdn::Backend be) : backend(be) {
     auto region = [this](const char* name, size_t bytes) {
@@ -44,6 +49,12 @@ struct Arena {
     idx_off = region("state_indices", B * 8);
     oidx_off = region("state_out_indices", B * 8);
     counter_off = region("invalid_index_count", 8);
+    x_off = region("x", B * kConvDim * 4);
+    conv_state_off = region("conv_state", kSlots * kConvDim * (kW - 1) * 4);
+    conv_weight_off = region("conv_weight", kConvDim * kW * 4);
+    conv_bias_off = region("conv_bias", kConvDim * 4);
+    z_off = region("z", B * Hv * Dv * 4);
+    norm_weight_off = region("norm_weight", Dv * 4);
 
     // canary everywhere, sane values where a run would read them
     init.resize(total);
@@ -70,6 +81,12 @@ struct Arena {
       const float x = float(int64_t(rng() % 2001) - 1000) * 1e-3f;
       std::memcpy(&init[state_off + size_t(i) * 4], &x, 4);
     }
+    put_bf16(x_off, B * kConvDim);
+    put_bf16(conv_state_off, kSlots * kConvDim * (kW - 1));
+    put_bf16(conv_weight_off, kConvDim * kW);
+    put_bf16(conv_bias_off, kConvDim);
+    put_bf16(z_off, B * Hv * Dv);
+    put_bf16(norm_weight_off, Dv);
     for (int64_t r = 0; r < B; ++r) {
       const int32_t s = int32_t(r + 1), so = int32_t(B - r);
       std::memcpy(&init[idx_off + size_t(r) * 4], &s, 4);
@@ -105,6 +122,20 @@ struct Arena {
     return static_cast<char*>(buf.get()) + off + shift;
   }
 
+  // The base call with the conv prologue (W=4, bias, [slot, conv_dim, W-1]
+  // pool) and the gated RMSNorm epilogue: valid.
+  void with_conv_norm(gdn::DecodeParams& c) const {
+    c.q = c.k = c.v = nullptr;
+    c.conv_width = kW;
+    c.x = at(x_off);
+    c.conv_state = at(conv_state_off);
+    c.conv_weight = at(conv_weight_off);
+    c.conv_bias = at(conv_bias_off);
+    c.z = at(z_off);
+    c.norm_weight = at(norm_weight_off);
+    gdn::set_dense_strides(c);
+  }
+
   // Name of the region holding byte `off`.
   std::string region_of(size_t off) const {
     std::string name = "?";
@@ -127,7 +158,7 @@ struct Arena {
   gdn::Backend backend;
   size_t total{0};
   size_t q_off, k_off, v_off, a_off, b_off, A_off, dt_off, state_off, o_off, idx_off, oidx_off,
-      counter_off;
+      counter_off, x_off, conv_state_off, conv_weight_off, conv_bias_off, z_off, norm_weight_off;
   std::vector<std::pair<std::string, size_t>> names;
   std::vector<uint8_t> init;
   DeviceBuffer buf;
@@ -548,6 +579,210 @@ TEST_P(ValidationTest, InputAliasingAccepted) {
                     p.index_dtype = gdn::IndexType::kI32;
                     p.state_indices = A.at(A.idx_off);
                     p.state_out_indices = A.at(A.idx_off);
+                  },
+                  true);
+}
+
+// ---- the conv1d prologue and the gated RMSNorm epilogue ----------------------------
+
+// GDN_REFUSED on the base call turned into a valid conv + norm call first.
+#define GDN_REFUSED_CN(what, body, ...)                                        \
+  expect_refused(backend(), what, [&](gdn::DecodeParams & p, const Arena& A) { \
+    A.with_conv_norm(p);                                                       \
+    body;                                                                      \
+  }, {__VA_ARGS__})
+
+TEST_P(ValidationTest, ConvAndNormCallIsValidAndWrites) {
+  expect_accepted(backend(), "conv + norm",
+                  [](gdn::DecodeParams& p, const Arena& A) { A.with_conv_norm(p); }, true);
+  expect_accepted(backend(), "conv, no bias, tap-major pool",
+                  [](gdn::DecodeParams& p, const Arena& A) {
+                    A.with_conv_norm(p);
+                    p.conv_bias = nullptr;
+                    p.conv_state_channel_stride = 1;
+                    p.conv_state_tap_stride = Arena::kConvDim;
+                  },
+                  true);
+  expect_accepted(backend(), "norm only",
+                  [](gdn::DecodeParams& p, const Arena& A) {
+                    p.z = A.at(A.z_off);
+                    p.norm_weight = A.at(A.norm_weight_off);
+                  },
+                  true);
+  expect_accepted(backend(), "programmatic_launch (a hint)",
+                  [](gdn::DecodeParams& p, const Arena& A) {
+                    A.with_conv_norm(p);
+                    p.programmatic_launch = true;
+                  },
+                  true);
+}
+
+TEST_P(ValidationTest, ConvWidthOutOfRange) {
+  for (int w : {1, 5, -1, 64}) {
+    const std::string what = "conv_width " + std::to_string(w);
+    GDN_REFUSED_CN(what.c_str(), p.conv_width = w, "conv_width", std::to_string(w));
+  }
+}
+
+TEST_P(ValidationTest, QkvGivenWithConv) {
+  GDN_REFUSED_CN("q with conv", p.q = A.at(A.q_off), "q: must be null when conv_width is set");
+  GDN_REFUSED_CN("k with conv", p.k = A.at(A.k_off), "k: must be null when conv_width is set");
+  GDN_REFUSED_CN("v with conv", p.v = A.at(A.v_off), "v: must be null when conv_width is set");
+}
+
+TEST_P(ValidationTest, ConvInputsWithoutConv) {
+  GDN_REFUSED("x without conv", p.x = A.at(A.x_off), "x: given, but conv_width is 0");
+  GDN_REFUSED("conv_state without conv", p.conv_state = A.at(A.conv_state_off),
+              "conv_state: given, but conv_width is 0");
+  GDN_REFUSED("conv_weight without conv", p.conv_weight = A.at(A.conv_weight_off),
+              "conv_weight: given, but conv_width is 0");
+  GDN_REFUSED("conv_bias without conv", p.conv_bias = A.at(A.conv_bias_off),
+              "conv_bias: given, but conv_width is 0");
+}
+
+TEST_P(ValidationTest, NullConvInputs) {
+  GDN_REFUSED_CN("x null", p.x = nullptr, "x: null pointer");
+  GDN_REFUSED_CN("conv_state null", p.conv_state = nullptr, "conv_state: null pointer");
+  GDN_REFUSED_CN("conv_weight null", p.conv_weight = nullptr, "conv_weight: null pointer");
+}
+
+TEST_P(ValidationTest, ZWithoutNormWeight) {
+  GDN_REFUSED("z without norm_weight", p.z = A.at(A.z_off),
+              "z: given, but norm_weight is null");
+  GDN_REFUSED_CN("z without norm_weight, conv on", p.norm_weight = nullptr,
+                 "z: given, but norm_weight is null");
+}
+
+TEST_P(ValidationTest, MissingZ) {
+  GDN_REFUSED("norm_weight without z", p.norm_weight = A.at(A.norm_weight_off), "z: null pointer");
+  GDN_REFUSED_CN("z null, conv on", p.z = nullptr, "z: null pointer");
+}
+
+TEST_P(ValidationTest, NormEpsNegativeOrNotFinite) {
+  GDN_REFUSED_CN("norm_eps -1e-3", p.norm_eps = -1e-3f, "norm_eps", "-0.001");
+  GDN_REFUSED_CN("norm_eps nan", p.norm_eps = std::numeric_limits<float>::quiet_NaN(), "norm_eps",
+                 "nan");
+  GDN_REFUSED_CN("norm_eps inf", p.norm_eps = std::numeric_limits<float>::infinity(), "norm_eps",
+                 "inf");
+  // checked even when the epilogue is off
+  GDN_REFUSED("norm_eps -1, no norm", p.norm_eps = -1.0f, "norm_eps", "-1");
+}
+
+TEST_P(ValidationTest, MisalignedConvAndNormPointers) {
+  GDN_REFUSED_CN("x bf16 at +1", p.x = A.at(A.x_off, 1), "x: address", "not aligned", "2-byte");
+  GDN_REFUSED_CN("x fp32 at +2", (p.qkv_dtype = DType::kF32, p.x = A.at(A.x_off, 2)), "x: address",
+                 "4-byte");
+  GDN_REFUSED_CN("conv_state at +1", p.conv_state = A.at(A.conv_state_off, 1),
+                 "conv_state: address", "2-byte");
+  GDN_REFUSED_CN("conv_weight at +1", p.conv_weight = A.at(A.conv_weight_off, 1),
+                 "conv_weight: address", "2-byte");
+  GDN_REFUSED_CN("conv_bias at +1", p.conv_bias = A.at(A.conv_bias_off, 1), "conv_bias: address",
+                 "2-byte");
+  GDN_REFUSED_CN("norm_weight at +1", p.norm_weight = A.at(A.norm_weight_off, 1),
+                 "norm_weight: address", "2-byte");
+  GDN_REFUSED_CN("z at +1", p.z = A.at(A.z_off, 1), "z: address", "2-byte");
+}
+
+TEST_P(ValidationTest, ConvAndNormStrides) {
+  GDN_REFUSED_CN("x batch stride conv_dim-1", p.x_batch_stride = Arena::kConvDim - 1,
+                 "x: batch stride 767 is smaller than conv_dim=768");
+  GDN_REFUSED_CN("z head stride 100", p.z_head_stride = 100,
+                 "z: head stride 100 is smaller than Dv=128");
+  GDN_REFUSED_CN("z batch stride Dv-1", (p.z_batch_stride = 127, p.z_head_stride = 64 * 128),
+                 "z: batch stride 127 is smaller than Dv=128");
+  GDN_REFUSED_CN("z rows overlap", (p.z_batch_stride = 128, p.z_head_stride = 128),
+                 "z: batch stride 128 and head stride 128 overlap rows");
+  GDN_REFUSED_CN("x reaches past 2^60", p.x_batch_stride = (int64_t(1) << 59) + 64,
+                 "x: strides reach element", "2^60");
+}
+
+TEST_P(ValidationTest, ConvStateStridesOverlap) {
+  // channel-major with a channel stride below W-1 = 3
+  GDN_REFUSED_CN("channel stride 2, tap stride 1", p.conv_state_channel_stride = 2,
+                 "conv_state: channel stride 2 and tap stride 1 overlap", "W-1=3");
+  // tap-major with a tap stride below conv_dim
+  GDN_REFUSED_CN("channel stride 1, tap stride 700",
+                 (p.conv_state_channel_stride = 1, p.conv_state_tap_stride = 700),
+                 "conv_state: channel stride 1 and tap stride 700 overlap", "conv_dim=768");
+  // both strides unset (0), and both 1
+  GDN_REFUSED_CN("strides 0 and 0",
+                 (p.conv_state_channel_stride = 0, p.conv_state_tap_stride = 0),
+                 "conv_state: channel stride 0 and tap stride 0 overlap");
+  GDN_REFUSED_CN("strides 1 and 1",
+                 (p.conv_state_channel_stride = 1, p.conv_state_tap_stride = 1),
+                 "conv_state: channel stride 1 and tap stride 1 overlap");
+  GDN_REFUSED_CN("strides past 2^60", p.conv_state_channel_stride = int64_t(1) << 58,
+                 "conv_state: strides reach beyond", "2^60");
+}
+
+// Conv strides so large that the span of a slot overflows int64 must be
+// refused without signed overflow (UBSan runs this suite too).
+TEST_P(ValidationTest, HugeConvStridesRefusedWithoutOverflow) {
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  GDN_REFUSED_CN("conv channel stride INT64_MAX", p.conv_state_channel_stride = max,
+                 "conv_state:");
+  GDN_REFUSED_CN("conv tap stride INT64_MAX, tap-major",
+                 (p.conv_state_channel_stride = 1, p.conv_state_tap_stride = max), "conv_state:");
+  GDN_REFUSED_CN("conv slot stride INT64_MAX", p.conv_state_slot_stride = max,
+                 "conv_state_slot_stride:");
+  GDN_REFUSED_CN("x batch stride INT64_MAX", p.x_batch_stride = max, "x:");
+  GDN_REFUSED_CN("z head stride INT64_MAX", p.z_head_stride = max, "z:");
+}
+
+TEST_P(ValidationTest, ConvStateSlotStride) {
+  const int64_t span = Arena::kConvDim * (Arena::kW - 1);  // 2304
+  GDN_REFUSED_CN("conv slot stride span-1", p.conv_state_slot_stride = span - 1,
+                 "conv_state_slot_stride: 2303 is smaller than one slot's 2304 elements");
+  GDN_REFUSED_CN("conv slot stride 0", p.conv_state_slot_stride = 0,
+                 "conv_state_slot_stride: 0 is smaller than one slot's 2304 elements");
+  // tap-major: a slot spans (W-2) * tap stride + conv_dim
+  GDN_REFUSED_CN("tap-major conv slot stride too small",
+                 (p.conv_state_channel_stride = 1, p.conv_state_tap_stride = 800,
+                  p.conv_state_slot_stride = 2 * 800 + 767),
+                 "conv_state_slot_stride: 2367 is smaller than one slot's 2368 elements");
+  GDN_REFUSED_CN("conv slot stride -1, one slot",
+                 (p.index_dtype = gdn::IndexType::kI32, p.state_indices = A.at(A.idx_off),
+                  p.num_slots = 1, p.conv_state_slot_stride = -1),
+                 "conv_state_slot_stride", "-1");
+  GDN_REFUSED_CN("conv pool past 2^60", p.conv_state_slot_stride = int64_t(1) << 59,
+                 "conv_state_slot_stride", "2^60");
+}
+
+TEST_P(ValidationTest, ConvStateOverlaps) {
+  GDN_REFUSED_CN("conv_state on the state pool", p.conv_state = A.at(A.state_off),
+                 "state: memory overlaps conv_state");
+  GDN_REFUSED_CN("conv_state inside the state pool", p.conv_state = A.at(A.state_off, 4096),
+                 "state: memory overlaps conv_state");
+  GDN_REFUSED_CN("conv_state on o", p.conv_state = A.at(A.o_off, 64),
+                 "o: memory overlaps conv_state");
+  GDN_REFUSED_CN("conv_state on x", p.conv_state = const_cast<void*>(p.x),
+                 "conv_state: memory overlaps input x");
+  GDN_REFUSED_CN("conv_weight inside conv_state",
+                 p.conv_weight = A.at(A.conv_state_off, 1024),
+                 "conv_state: memory overlaps input conv_weight");
+  GDN_REFUSED_CN("conv_bias inside conv_state", p.conv_bias = A.at(A.conv_state_off, 512),
+                 "conv_state: memory overlaps input conv_bias");
+  GDN_REFUSED_CN("a inside conv_state", p.a = A.at(A.conv_state_off, 256),
+                 "conv_state: memory overlaps input a");
+  GDN_REFUSED_CN("counter inside conv_state",
+                 p.invalid_index_count = static_cast<uint32_t*>(A.at(A.conv_state_off, 8)),
+                 "invalid_index_count: memory overlaps conv_state");
+}
+
+TEST_P(ValidationTest, NormInputsOverlapOutputs) {
+  GDN_REFUSED_CN("o on z", p.o = const_cast<void*>(p.z), "o: memory overlaps input z");
+  GDN_REFUSED_CN("norm_weight inside state", p.norm_weight = A.at(A.state_off, 64),
+                 "state: memory overlaps input norm_weight");
+  GDN_REFUSED_CN("z inside conv_state", p.z = A.at(A.conv_state_off, 128),
+                 "conv_state: memory overlaps input z");
+}
+
+// Inputs of the new stages may alias each other (x and z read-only).
+TEST_P(ValidationTest, ConvNormInputAliasingAccepted) {
+  expect_accepted(backend(), "z = x",
+                  [](gdn::DecodeParams& p, const Arena& A) {
+                    A.with_conv_norm(p);
+                    p.z = p.x;
                   },
                   true);
 }

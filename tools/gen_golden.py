@@ -2,7 +2,10 @@
 """Write gdnkit's golden cases: one GatedDeltaNet decode step per safetensors file.
 
 This is an independent float64 reference. It uses Python 3 and numpy only and
-never imports or calls gdnkit. The format is described in docs/golden-format.md.
+never imports or calls gdnkit. The format is described in docs/golden-format.md:
+version 1 is the decode step alone; version 2 adds the optional conv1d prologue
+(x, conv_state, conv_weight, conv_bias -> expected_conv_state) and the gated
+RMSNorm epilogue (z, norm_weight). Only cases that use them say version 2.
 
     gen_golden.py --out DIR                        the standard set (tests/golden)
     gen_golden.py --out DIR --random N --seed S    N random cases with random options
@@ -25,7 +28,8 @@ try:
 except ImportError:  # pragma: no cover
     sys.exit("gen_golden.py needs numpy (Debian: apt install python3-numpy; run it with /usr/bin/python3)")
 
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "1"    # cases with neither of the optional stages (the original format)
+FORMAT_VERSION_2 = "2"  # cases that use the conv1d prologue or the gated RMSNorm epilogue
 
 # ---------------------------------------------------------------------------
 # dtypes: rounding to the storage dtype and decoding back to float64
@@ -155,6 +159,57 @@ def reference(q, k, v, a, b, A_log, dt_bias, state, layout, l2norm_mode, eps, sc
     return o, new_state
 
 
+def silu(t):
+    """silu(t) = t / (1 + exp(-t)) = t * sigmoid(t), elementwise, exp never overflows."""
+    t = np.asarray(t, dtype=np.float64)
+    e = np.exp(-np.abs(t))
+    sig = np.where(t >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    return t * sig
+
+
+def conv_reference(x, conv_state, conv_weight, conv_bias, state_indices=None, state_out_indices=None):
+    """The conv1d prologue (causal_conv1d_update, one token) in float64.
+
+    x: (B, C); conv_state: the pool (S, C, W-1), oldest tap first (channel-major, whatever
+    the file stores); conv_weight: (C, W); conv_bias: (C) or None. Per row b with a valid
+    read slot s and per channel c:
+        window = (conv_state[s, c, 0 .. W-2], x[b, c])              oldest first
+        y[b, c] = silu(sum_j conv_weight[c, j] * window[j] + conv_bias[c])
+        conv_state[s_out, c, :] = window[1 .. W-1]                  if 0 <= s_out < S
+    A padding row (s < 0 or s >= S) reads and writes nothing and its y is left 0 (unused).
+    Returns (y (B, C), the new pool (same shape as conv_state)).
+    """
+    B, C = x.shape
+    num_slots = conv_state.shape[0]
+    y = np.zeros((B, C), dtype=np.float64)
+    new_pool = conv_state.copy()  # slots nobody writes keep their values exactly
+    for row in range(B):
+        s = int(state_indices[row]) if state_indices is not None else row
+        s_out = int(state_out_indices[row]) if state_out_indices is not None else s
+        if s < 0 or s >= num_slots:
+            continue
+        window = np.concatenate([conv_state[s], x[row][:, None]], axis=1)  # (C, W)
+        pre = np.sum(conv_weight * window, axis=1)
+        if conv_bias is not None:
+            pre = pre + conv_bias
+        y[row] = silu(pre)
+        if 0 <= s_out < num_slots:
+            new_pool[s_out] = window[:, 1:]
+    return y, new_pool
+
+
+def gated_rmsnorm(o, z, norm_weight, eps, rows):
+    """The gated RMSNorm epilogue in float64, on the rows listed (padding rows stay 0):
+    o[b, h, j] = norm_weight[j] * o[b, h, j] / sqrt(mean_j(o[b, h]^2) + eps) * silu(z[b, h, j])."""
+    out = o.copy()
+    for row in rows:
+        for h in range(o.shape[1]):
+            oh = o[row, h]
+            rms = math.sqrt(float(np.mean(oh * oh)) + eps)
+            out[row, h] = norm_weight * (oh / rms) * silu(z[row, h])
+    return out
+
+
 # ---------------------------------------------------------------------------
 # safetensors, written by hand
 # ---------------------------------------------------------------------------
@@ -210,6 +265,15 @@ DEFAULTS = dict(
     expected_state_dtype=None,  # None: F64 for an F32 state, F32 for an F16/BF16 state (see below)
     tweak=None,             # name of an input override below
     meta_style="full",      # "full" | "minimal" | "aliases_unsqueezed" | "aliases_flat"
+    # format version 2: the optional stages
+    conv_width=0,           # W in {2, 3, 4}: x and the conv1d prologue instead of q, k, v; 0: none
+    conv_bias=True,         # with conv: a conv_bias tensor
+    conv_state_layout="channel_major",  # conv pool stored (S, conv_dim, W-1), or "tap_major" (S, W-1, conv_dim)
+    norm=False,             # the gated RMSNorm epilogue (z, norm_weight)
+    norm_eps=1e-6,
+    v2_defaults=False,      # leave conv_state_layout and norm_eps out of the metadata (their defaults),
+                            # store conv_weight as torch's (conv_dim, 1, W), x as (B, 1, conv_dim),
+                            # z as (B, Hv*Dv)
 )
 
 
@@ -297,6 +361,20 @@ def build_case(opts, seed):
     if c["l2norm"] == "none":  # hand over q, k already normalized (then rounded)
         for n in ("q", "k"):
             x[n] = x[n] / np.linalg.norm(x[n], axis=-1, keepdims=True)
+    # Format version 2 inputs, drawn after everything above so that cases without them keep
+    # their values. With conv, q, k, v above are drawn but unused: the conv output replaces them.
+    W = c["conv_width"]
+    conv, norm = W > 0, c["norm"]
+    cdim = 2 * Hk * Dk + Hv * Dv
+    if conv:
+        assert W in (2, 3, 4) and not c["packed"] and c["tweak"] is None and c["l2norm"] != "none"
+        x["x"] = rng.standard_normal((B, cdim))                      # x ~ N(0, 1)
+        x["conv_weight"] = rng.uniform(-0.6, 0.6, (cdim, W))          # ~ U(-0.6, 0.6)
+        x["conv_bias"] = rng.uniform(-0.2, 0.2, cdim)                 # ~ U(-0.2, 0.2)
+        x["conv_state"] = rng.standard_normal((num_slots, cdim, W - 1))  # N(0, 1), every slot
+    if norm:
+        x["z"] = rng.standard_normal((B, Hv, Dv))                     # z ~ N(0, 1)
+        x["norm_weight"] = rng.uniform(0.5, 1.5, Dv)                  # ~ U(0.5, 1.5)
 
     # ---- round to the storage dtypes; the reference sees only the rounded values ----
     stored, val = {}, {}
@@ -315,10 +393,28 @@ def build_case(opts, seed):
             assert stored[n].astype(np.int64).tolist() == list(c[n]), f"{n} does not fit {c['index_dtype']}"
             val[n] = stored[n].astype(np.int64)
 
+    v2_names = [n for n in ("x", "conv_weight", "conv_bias", "conv_state", "z", "norm_weight")
+                if n in x and (n != "conv_bias" or c["conv_bias"])]
+    for n in v2_names:  # all in the q/k/v dtype
+        stored[n] = encode(x[n], dt)
+        val[n] = decode(stored[n], dt)
+    if conv:
+        # the conv output y (float64, never rounded) is the packed q|k|v row of the step
+        y, new_conv_state = conv_reference(val["x"], val["conv_state"], val["conv_weight"],
+                                           val.get("conv_bias"), val.get("state_indices"),
+                                           val.get("state_out_indices"))
+        val["q"] = y[:, :Hk * Dk].reshape(B, Hk, Dk)
+        val["k"] = y[:, Hk * Dk:2 * Hk * Dk].reshape(B, Hk, Dk)
+        val["v"] = y[:, 2 * Hk * Dk:].reshape(B, Hv, Dv)
+
     o, new_state = reference(
         val["q"], val["k"], val["v"], val["a"], val["b"], val.get("A_log"), val.get("dt_bias"),
         val["state"], c["layout"], c["l2norm"], c["eps"], scale, c["head_map"], c["gate"],
         val.get("state_indices"), val.get("state_out_indices"))
+    if norm:
+        rows = [r for r in range(B)
+                if 0 <= (int(val["state_indices"][r]) if "state_indices" in val else r) < num_slots]
+        o = gated_rmsnorm(o, val["z"], val["norm_weight"], c["norm_eps"], rows)
 
     invalid = sum(int(i) >= num_slots for n in ("state_indices", "state_out_indices")
                   if n in val for i in val[n])
@@ -326,7 +422,30 @@ def build_case(opts, seed):
     # ---- tensors as they go into the file ----
     ms = c["meta_style"]
     t = {}
-    if c["packed"]:
+    v2d = c["v2_defaults"]
+    if conv:
+        x_shape = (B, 1, cdim) if v2d else (B, cdim)
+        t["x"] = (dt, x_shape, stored["x"].reshape(x_shape))
+        w_shape = (cdim, 1, W) if v2d else (cdim, W)
+        t["conv_weight"] = (dt, w_shape, stored["conv_weight"].reshape(w_shape))
+        if c["conv_bias"]:
+            t["conv_bias"] = (dt, (cdim,), stored["conv_bias"])
+        # the pool is computed channel-major (S, conv_dim, W-1); tap-major stores (S, W-1, conv_dim)
+        tap = c["conv_state_layout"] == "tap_major"
+        as_stored = (lambda a: a.transpose(0, 2, 1)) if tap else (lambda a: a)
+        cs_shape = (num_slots, W - 1, cdim) if tap else (num_slots, cdim, W - 1)
+        t["conv_state"] = (dt, cs_shape, as_stored(stored["conv_state"]))
+        # The conv state is pure data movement (every value an input value), compared bitwise:
+        # F64 for F32 inputs, F32 (which holds every F16/BF16 value exactly) otherwise.
+        ecs = "F64" if dt == "F32" else "F32"
+        t["expected_conv_state"] = (ecs, cs_shape, as_stored(encode(new_conv_state, ecs)))
+    if norm:
+        z_shape = (B, Hv * Dv) if v2d else (B, Hv, Dv)
+        t["z"] = (dt, z_shape, stored["z"].reshape(z_shape))
+        t["norm_weight"] = (dt, (Dv,), stored["norm_weight"])
+    if conv:
+        pass  # q, k, v come from x
+    elif c["packed"]:
         mixed = np.concatenate([stored["q"].reshape(B, -1), stored["k"].reshape(B, -1),
                                 stored["v"].reshape(B, -1)], axis=1)
         t["mixed_qkv"] = (dt, mixed.shape, mixed)
@@ -388,6 +507,16 @@ def build_case(opts, seed):
                      "output_dtype": alias_dt})
     else:
         raise ValueError(ms)
+    if conv or norm:
+        meta["format_version"] = FORMAT_VERSION_2
+        if conv:
+            meta["conv_width"] = str(W)
+            if not v2d:
+                meta["conv_state_layout"] = c["conv_state_layout"]
+        if norm and not v2d:
+            meta["norm_eps"] = repr(float(c["norm_eps"]))
+        if v2d:
+            assert c["conv_state_layout"] == "channel_major" and c["norm_eps"] == 1e-6
     meta["invalid_indices"] = str(invalid)
     return t, meta
 
@@ -527,6 +656,93 @@ CASES = _dtype_cases() + [
           expected_state_dtype="F32")),
 ]
 
+# Format version 2: the conv1d prologue (x, conv_state, conv_weight, conv_bias) and the gated
+# RMSNorm epilogue (z, norm_weight). x ~ N(0, 1), conv_weight ~ U(-0.6, 0.6), conv_bias ~
+# U(-0.2, 0.2), conv_state ~ N(0, 1) in every slot, z ~ N(0, 1), norm_weight ~ U(0.5, 1.5).
+CASES_V2 = [
+    ("conv_w2_f32_kv", 2000,
+     "conv prologue W=2 with conv_bias; x, conv pool (S, conv_dim, 1) channel_major; B=2 Hk=1 Hv=2, "
+     "inputs F32, state F32, layout kv",
+     dict(conv_width=2, B=2, Hk=1, Hv=2, layout="kv")),
+    ("conv_w3_bf16_vk", 2001,
+     "conv prologue W=3 without conv_bias (as Qwen3-Next); B=2 Hk=2 Hv=4, inputs BF16, state BF16, layout vk",
+     dict(conv_width=3, conv_bias=False, B=2, Hk=2, Hv=4, layout="vk", dtype="BF16", state_dtype="BF16")),
+    ("conv_w4_f32_dk64_dv128_vk", 2002,
+     "conv prologue W=4 with conv_bias, Dk=64 != Dv=128; B=1 Hk=1 Hv=2, inputs F32, state F16, layout vk",
+     dict(conv_width=4, B=1, Hk=1, Hv=2, Dk=64, Dv=128, layout="vk", state_dtype="F16")),
+    ("conv_w4_bf16_kv", 2003,
+     "conv prologue W=4 with conv_bias; B=2 Hk=1 Hv=2, inputs BF16, state F32, layout kv",
+     dict(conv_width=4, B=2, Hk=1, Hv=2, layout="kv", dtype="BF16", state_dtype="F32")),
+    ("conv_w3_f16_tiled_kv", 2004,
+     "conv prologue W=3 with conv_bias, head_map tiled; B=1 Hk=2 Hv=4, inputs F16, state F16, layout kv",
+     dict(conv_width=3, B=1, Hk=2, Hv=4, head_map="tiled", layout="kv", dtype="F16", state_dtype="F16")),
+
+    ("norm_bf16_vk", 2100,
+     "gated RMSNorm epilogue (z, norm_weight, norm_eps 1e-6) on q, k, v inputs; B=2 Hk=1 Hv=2, "
+     "inputs BF16, state BF16, layout vk",
+     dict(norm=True, B=2, Hk=1, Hv=2, layout="vk", dtype="BF16", state_dtype="BF16")),
+    ("norm_eps_f32_dk128_dv64_kv", 2101,
+     "gated RMSNorm epilogue with norm_eps 1e-5, Dk=128 != Dv=64; B=2 Hk=1 Hv=1, F32, layout kv",
+     dict(norm=True, norm_eps=1e-5, B=2, Hk=1, Hv=1, Dk=128, Dv=64, layout="kv")),
+    ("norm_mixed_qkv_f16_out_f32_kv", 2102,
+     "gated RMSNorm epilogue on packed mixed_qkv rows, output written as F32; B=2 Hk=1 Hv=2, "
+     "inputs F16, state F32, layout kv",
+     dict(norm=True, packed=True, output_dtype="F32", B=2, Hk=1, Hv=2, layout="kv", dtype="F16",
+          state_dtype="F32")),
+
+    ("conv_norm_w4_bf16_vk", 2200,
+     "conv prologue W=4 (no bias) and gated RMSNorm epilogue; B=2 Hk=2 Hv=4, inputs BF16, state BF16, "
+     "layout vk",
+     dict(conv_width=4, conv_bias=False, norm=True, B=2, Hk=2, Hv=4, layout="vk", dtype="BF16",
+          state_dtype="BF16")),
+    ("conv_norm_w3_f32_dk64_dv128_kv", 2201,
+     "conv prologue W=3 with conv_bias and gated RMSNorm epilogue, Dk=64 != Dv=128; B=2 Hk=1 Hv=1, F32, "
+     "layout kv",
+     dict(conv_width=3, norm=True, B=2, Hk=1, Hv=1, Dk=64, Dv=128, layout="kv")),
+
+    ("conv_slots_i32_kv", 2300,
+     "conv prologue W=4 with a slot pool: state_indices I32 [4, -1, 1, 0] with state_out_indices "
+     "[2, 3, -1, 0]: row 0 reads slot 4 writes 2 (both pools), row 1 padding (slot 3 untouched despite "
+     "its write index), row 2 output only (neither pool written), row 3 in place; pool of 6 (slots 1, 3, "
+     "4, 5 keep their state and conv state); Hv=1, inputs F32, state F16, layout kv",
+     dict(conv_width=4, B=4, Hk=1, Hv=1, num_slots=6, index_dtype="I32", state_indices=[4, -1, 1, 0],
+          state_out_indices=[2, 3, -1, 0], layout="kv", state_dtype="F16")),
+    ("conv_norm_padding_i64_vk", 2301,
+     "conv prologue W=3 and gated RMSNorm with padding rows: state_indices I64 [2, -1, 0, -3] in place, "
+     "pool of 4 (slots 1, 3 untouched); padding rows output zeros after the norm; Hk=1 Hv=2, inputs BF16, "
+     "state BF16, layout vk",
+     dict(conv_width=3, norm=True, B=4, Hk=1, Hv=2, num_slots=4, index_dtype="I64",
+          state_indices=[2, -1, 0, -3], layout="vk", dtype="BF16", state_dtype="BF16")),
+    ("conv_norm_invalid_i64_kv", 2302,
+     "conv prologue W=2 and gated RMSNorm with out-of-range indices: state_indices I64 [0, 7, 1] with "
+     "state_out_indices [2, -1, 1099511627776], num_slots=3: row 0 reads 0 writes 2; row 1's read index "
+     "is out of range (padding: zeros, neither pool touched, reported); row 2's write index (2^40) is "
+     "out of range (output computed, neither pool written, reported); invalid_indices=2; Hv=1, F32, kv",
+     dict(conv_width=2, norm=True, B=3, Hk=1, Hv=1, num_slots=3, index_dtype="I64",
+          state_indices=[0, 7, 1], state_out_indices=[2, -1, 1 << 40], layout="kv")),
+
+    ("conv_tap_major_bf16_kv", 2400,
+     "conv prologue W=4 with the conv pool stored tap_major (S, W-1, conv_dim); state_indices I32 [2, 0] "
+     "into a pool of 3 (slot 1 untouched); B=2 Hk=1 Hv=1, inputs BF16, state F32, layout kv",
+     dict(conv_width=4, conv_state_layout="tap_major", B=2, Hk=1, Hv=1, num_slots=3, index_dtype="I32",
+          state_indices=[2, 0], layout="kv", dtype="BF16", state_dtype="F32")),
+    ("conv_norm_defaults_f16_kv", 2401,
+     "conv prologue W=2 and gated RMSNorm with the v2 keys at their defaults (no conv_state_layout: "
+     "channel_major; no norm_eps: 1e-6) and other ranks: x as [B, 1, conv_dim], conv_weight as torch's "
+     "[conv_dim, 1, W], z as [B, Hv*Dv]; B=2 Hk=1 Hv=2, inputs F16, state F16, layout kv",
+     dict(conv_width=2, norm=True, v2_defaults=True, B=2, Hk=1, Hv=2, layout="kv", dtype="F16",
+          state_dtype="F16")),
+
+    ("conv_norm_qwen35_tp8_bf16_vk", 2500,
+     "Qwen3.5-35B-A3B under tensor parallelism 8, with its conv prologue (W=4, no bias) and gated "
+     "RMSNorm: B=2, Hk=2, Hv=4, Dk=Dv=128 (conv_dim 1024), inputs BF16, state BF16, layout vk; "
+     "expected_state stored as F32",
+     dict(conv_width=4, conv_bias=False, norm=True, B=2, Hk=2, Hv=4, Dk=128, Dv=128, layout="vk",
+          dtype="BF16", state_dtype="BF16", expected_state_dtype="F32")),
+]
+
+CASES = CASES + CASES_V2
+
 
 # ---------------------------------------------------------------------------
 # random cases (files "written elsewhere", for tests)
@@ -577,6 +793,14 @@ def random_case(rng):
                 else:
                     writes.append(s)               # in place
             o["state_out_indices"] = writes
+    # format version 2 stages, drawn last so the options above keep their draws
+    if rng.random() < 0.35:
+        o.update(conv_width=pick([2, 3, 4]), conv_bias=bool(rng.random() < 0.6),
+                 conv_state_layout=pick(["channel_major", "tap_major"]), packed=False)
+        if o["l2norm"] == "none":
+            o["l2norm"] = "rsqrt"  # conv outputs are not unit-norm
+    if rng.random() < 0.35:
+        o.update(norm=True, norm_eps=pick([1e-6, 1e-6, 1e-5]))
     return o
 
 
@@ -594,6 +818,10 @@ def describe(o):
         parts.append(f"num_slots {c['num_slots']} state_indices {c['index_dtype']} {c['state_indices']}")
     if c["state_out_indices"] is not None:
         parts.append(f"state_out_indices {c['state_out_indices']}")
+    if c["conv_width"]:
+        parts.append(f"conv W={c['conv_width']} {c['conv_state_layout']}" + (" +bias" if c["conv_bias"] else ""))
+    if c["norm"]:
+        parts.append(f"gated RMSNorm eps {c['norm_eps']}")
     return "random case: " + ", ".join(parts)
 
 

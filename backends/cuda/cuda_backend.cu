@@ -85,6 +85,12 @@ Status cuda_can_implement(const DecodeParams& p) {
                        "state_slot_stride: %lld elements is not a multiple of 16 bytes (the " GDN_BACKEND_NAME " "
                        "backend moves the state in 16-byte vectors)",
                        (long long)p.state_slot_stride);
+  // A fused block owns a group of Hv / Hk heads, one vk warp (at least) a head.
+  if ((p.conv_width > 0 || p.norm_weight != nullptr) && p.num_v_heads / p.num_k_heads > kMaxFusedGroup)
+    return make_status(StatusCode::kUnsupported,
+                       "num_v_heads: %d v-heads per k-head (Hv / Hk) with the conv prologue or the norm epilogue "
+                       "exceeds the %d the " GDN_BACKEND_NAME " backend supports",
+                       p.num_v_heads / p.num_k_heads, kMaxFusedGroup);
   if (p.batch * p.num_v_heads * 16 > int64_t(0x7fffffff))
     return make_status(StatusCode::kUnsupported,
                        "batch: %lld rows x %d v-heads exceeds the " GDN_VENDOR " grid limit",

@@ -57,6 +57,33 @@
 // B = 1) are always consecutive in the grid, so they can form a thread-block
 // cluster on sm_90 (distributed shared memory for the head's sum of squares).
 //
+// The fused middle: conv prologue and gated-RMSNorm epilogue
+// ----------------------------------------------------------
+// With either on, a block owns a *group*: row b, k-head hk and its G = Hv/Hk
+// v-heads (vk: 8 / G warps a head, each streaming the fewest items that cover
+// it; kv: the block streams all G heads' tiles), grid B * Hk. Why: the conv's
+// q and k channels of hk are read by all G heads and updated in place, so
+// one block must read them all before it writes them (no other block touches
+// them: no grid-wide ordering is needed), and the norm needs a head's Dv
+// outputs in one place (shared memory, summed in one fixed order: still
+// deterministic and batch-invariant). The group prologue computes the conv
+// of the group's 2 Dk + G Dv channels into shared memory (one thread reads
+// and rewrites each channel's window), loads z, norm_weight and the G heads'
+// gates; warps then read q, k, v from shared memory; raw outputs go to shared
+// memory and the epilogue normalizes and writes them. One block a group
+// leaves SMs idle at small B (B * Hk blocks: 16 at B = 1 for Qwen3.5), so on
+// sm_90 a group is a thread-block cluster of up to 8 blocks while B * Hk is
+// below the SM count: every block computes the group's conv (cheap) and
+// block 0 writes the conv state once all have arrived at a cluster barrier;
+// the norm reads the head's outputs from the other blocks' shared memory
+// (distributed shared memory), in the same fixed order. Measured in
+// bench/RESULTS.md: the cluster barriers and their fences are what the
+// fused middle still pays for at B = 1.
+//
+// Programmatic launch (sm_90): every kernel issues its first state loads,
+// then waits for the previous kernel (griddepcontrol.wait, a no-op without
+// PDL) before it reads the token's inputs.
+//
 // Per warp item (kv: per warp and tile), in fp32 (S as stored, decay applied on the fly):
 //   u[j]     = exp(g) * sum_i S[i, j] k_hat[i]
 //   delta[j] = beta * (v[j] - u[j])
@@ -159,6 +186,19 @@ __device__ __forceinline__ float warp_shfl(float x, int src) { return __shfl(x, 
 __device__ __forceinline__ float warp_shfl_xor(float x, int off) { return __shfl_xor_sync(0xffffffffu, x, off); }
 __device__ __forceinline__ float warp_shfl(float x, int src) { return __shfl_sync(0xffffffffu, x, src); }
 #endif
+
+// Memory ordering between the lanes of a (physical) warp, for a shared-memory
+// slot one lane reads and another later overwrites: __syncwarp on NVIDIA
+// (shuffles synchronize lanes but order no memory); an AMD wavefront runs in
+// lockstep and issues its LDS accesses in order, so there only the compiler
+// must not move them.
+__device__ __forceinline__ void warp_sync() {
+#if defined(GDN_AMD)
+  __builtin_amdgcn_wave_barrier();
+#else
+  __syncwarp();
+#endif
+}
 
 // ---- element conversions ----------------------------------------------------
 template <typename T> struct Elem;
@@ -397,6 +437,10 @@ constexpr int default_items_per_warp() {
   return kLayout == Layout::kVK ? (sizeof(T) == 4 ? 2 : 4) : 4;
 }
 
+// Largest group a fused block owns (G = Hv / Hk v-heads): a vk warp works on
+// one head, and a block has at most 8 warps.
+constexpr int kMaxFusedGroup = 8;
+
 // Launch geometry chosen on the host (see the header comment).
 // kv: an item is a block's tile, warps_per_block is kW, items_per_warp the
 // tiles a block streams through, blocks_per_head ceil(items_per_head / that).
@@ -405,6 +449,12 @@ struct Launch {
   int warps_per_block;  // W
   int items_per_warp;   // consecutive items a warp streams through (prefetching the next)
   int blocks_per_head;  // ceil(items_per_head / (W * items_per_warp))
+  // Fused (conv prologue or norm epilogue): one block per group of
+  // group_heads = Hv / Hk v-heads; vk warps_per_head warps on each head.
+  bool fused{false};
+  int group_heads{1};
+  int warps_per_head{0};
+  int cluster{1};  // blocks a group is split over (sm_90 thread-block clusters); 1 elsewhere
 };
 
 // The geometry the library picks for p on a GPU with `sms` multiprocessors.

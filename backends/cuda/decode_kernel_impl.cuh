@@ -2,6 +2,8 @@
 // the instantiations compile in parallel.
 #pragma once
 
+#include <algorithm>
+
 #include "decode_kernel.cuh"
 
 namespace gdn {
@@ -87,24 +89,40 @@ __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1
 struct Gates {
   float decay, beta;
 };
+// The loads behind the gates (a, b and the head's parameters), apart from
+// the arithmetic so a caller can issue them early.
+struct GateInputs {
+  float a, braw, A_log, dt_bias;
+};
 template <typename IO>
-__device__ __forceinline__ Gates load_gates(const DecodeParams& p, int64_t b, int h) {
-  float a = 0.0f, braw = 0.0f;
+__device__ __forceinline__ GateInputs load_gate_inputs(const DecodeParams& p, int64_t b, int h) {
+  GateInputs in{0.0f, 0.0f, 0.0f, 0.0f};
   with_dtype<IO>(p.ab_dtype, [&](auto tag) {
     using E = decltype(tag);
-    a = Elem<E>::to_float(static_cast<const E*>(p.a)[b * p.a_batch_stride + h]);
-    braw = Elem<E>::to_float(static_cast<const E*>(p.b)[b * p.b_batch_stride + h]);
+    in.a = Elem<E>::to_float(static_cast<const E*>(p.a)[b * p.a_batch_stride + h]);
+    in.braw = Elem<E>::to_float(static_cast<const E*>(p.b)[b * p.b_batch_stride + h]);
   });
+  if (p.gate == Gate::kRaw) {
+    in.A_log = p.A_log[h];
+    in.dt_bias = p.dt_bias[h];
+  }
+  return in;
+}
+__device__ __forceinline__ Gates finish_gates(const DecodeParams& p, const GateInputs& in) {
   float g, beta;
   if (p.gate == Gate::kRaw) {
     // g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b)
-    g = -expf(p.A_log[h]) * softplus(a + p.dt_bias[h]);
-    beta = 1.0f / (1.0f + expf(-braw));
+    g = -expf(in.A_log) * softplus(in.a + in.dt_bias);
+    beta = 1.0f / (1.0f + expf(-in.braw));
   } else {
-    g = a;
-    beta = braw;
+    g = in.a;
+    beta = in.braw;
   }
   return Gates{expf(g), beta};
+}
+template <typename IO>
+__device__ __forceinline__ Gates load_gates(const DecodeParams& p, int64_t b, int h) {
+  return finish_gates(p, load_gate_inputs<IO>(p, b, h));
 }
 
 // l2norm of q and k, whose Dk rows the kSpan lanes (stride kLow) hold
@@ -130,16 +148,304 @@ __device__ __forceinline__ void l2_normalize(const DecodeParams& p, int lane, fl
   }
 }
 
+// ---- the fused prologue and epilogue (conv1d update, gated RMSNorm) --------
+// With either on (kFused), a block owns a whole *group*: row b and k-head hk
+// with its G v-heads (h = hk * G + g interleaved, g * Hk + hk tiled), so the
+// q/k channels of the conv, which all G heads read, have one reader and one
+// writer, and a head's Dv outputs, which the norm reduces over, are in one
+// block. (decode_kernel.cuh's header has the geometry and why.)
+
+// v-head of group member g.
+__device__ __forceinline__ int group_head(const DecodeParams& p, int hk, int g, int G) {
+  return p.head_map == HeadMap::kInterleaved ? hk * G + g : g * p.num_k_heads + hk;
+}
+
+// Shared memory of the fused stages, after the ring (floats):
+//   qk[2 * Dk]    conv'd q (0 .. Dk) and k (Dk .. 2 Dk) of the group's k-head
+//   vo[G * Dv]    conv'd v of the group's heads, then (norm) the raw outputs:
+//                 a column's v is read before its output is formed
+//   z[G * Dv]     z of the group's heads; w[Dv] norm_weight
+//   decay[G], beta[G], rstd[G]
+struct FusedSmem {
+  float *qk, *vo, *z, *w, *decay, *beta, *rstd;
+  __device__ FusedSmem(float* base, int G, int Dk, int Dv)
+      : qk(base), vo(qk + 2 * Dk), z(vo + G * Dv), w(z + G * Dv), decay(w + Dv), beta(decay + G), rstd(beta + G) {}
+};
+__host__ __device__ constexpr size_t fused_smem_bytes(int G, int Dk, int Dv) {
+  return sizeof(float) * size_t(2 * Dk + 2 * G * Dv + Dv + 3 * G);
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+// Programmatic dependent launch: wait here until the previous kernel on the
+// stream has finished (its writes visible). A no-op when the launch was not
+// programmatic, so it needs no flag.
+__device__ __forceinline__ void wait_upstream() {
+#if !defined(GDN_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// A fused block's group, and (sm_90) the cluster of `size` blocks that
+// splits it at small B; size 1 everywhere else.
+struct Group {
+  int64_t b;
+  int hk, G, rank, size;
+};
+
+// Cluster barrier halves (sm_90; only reached when size > 1, which the
+// launch allows only on sm_90 code): arrive releases this thread's earlier
+// writes, wait acquires everyone's. The release is a full fence: it waits
+// for every store the thread has in flight (the state's, to global memory),
+// so the barriers that order no writes arrive relaxed.
+__device__ __forceinline__ void cluster_arrive() {
+#if !defined(GDN_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
+}
+// An arrival that only says "my earlier reads are done" (their values are
+// already in use, so no later write can reach them).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if !defined(GDN_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if !defined(GDN_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+// *local in the shared memory of cluster block `rank` (distributed shared memory).
+__device__ __forceinline__ float load_peer(const float* local, int rank) {
+#if !defined(GDN_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+#else
+  (void)rank;
+  return *local;
+#endif
+}
+
+// Channel of the packed row behind group position i: q of hk (i < Dk), k of
+// hk (i < 2 Dk), then v of each of the G heads (Dv each).
+__device__ __forceinline__ int64_t group_channel(const DecodeParams& p, int hk, int G, int i) {
+  const int Hk = p.num_k_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
+  if (i < 2 * Dk) return int64_t(i < Dk ? 0 : Hk - 1) * Dk + int64_t(hk) * Dk + i;
+  const int g = (i - 2 * Dk) / Dv, j = i - 2 * Dk - g * Dv;
+  return 2 * int64_t(Hk) * Dk + int64_t(group_head(p, hk, g, G)) * Dv + j;
+}
+
+// The block's share of the group prologue (every thread calls it; a barrier
+// must follow before the shared values are read):
+// - conv: y[c] = silu(sum_j w[c, j] window[c, j] + bias[c]) for the group's
+//   2 Dk + G Dv channels into qk / vo, window = (conv_state[s_in, c, 0 .. W-2],
+//   x[b, c]); with `write_conv` also conv_state[s_out, c] = window[1 .. W-1]:
+//   one thread reads and then writes each channel, and no other block touches
+//   the group's channels, so in place is safe. (A cluster's blocks all read;
+//   block 0 writes once all have: conv_state_commit.) The stored values are
+//   input values (exact through float);
+// - norm: z and norm_weight into shared memory;
+// - the gates of the G heads.
+// Latency is what counts here (the state is already on its way): a thread
+// issues the loads of up to kPer channels, its z values and its gate inputs
+// before it uses any of them, so the whole prologue waits on memory once.
+template <typename IO>
+__device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Group& grp, const RowSlots& slots,
+                                               const FusedSmem& sm, bool write_conv) {
+  constexpr int kPer = 4;
+  const int Dk = p.head_dim_k, Dv = p.head_dim_v, G = grp.G, W = p.conv_width;
+  const int nthreads = int(blockDim.x), tid = int(threadIdx.x);
+  const int n_conv = W > 0 ? 2 * Dk + G * Dv : 0;
+  const int n_z = p.norm_weight != nullptr ? G * Dv : 0;
+  const int n_w = p.norm_weight != nullptr ? Dv : 0;
+  with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
+    using E = decltype(tag);
+    const E* x = static_cast<const E*>(p.x) + grp.b * p.x_batch_stride;
+    const E* wt = static_cast<const E*>(p.conv_weight);
+    const E* bias = static_cast<const E*>(p.conv_bias);
+    E* cs = static_cast<E*>(p.conv_state);
+    const int64_t in_slot = slots.s_in * p.conv_state_slot_stride;
+    const int64_t out_slot = slots.s_out * p.conv_state_slot_stride;
+    const int64_t chs = p.conv_state_channel_stride, tps = p.conv_state_tap_stride;
+    const E* z = static_cast<const E*>(p.z);
+    // gate inputs of head tid (tid < G)
+    const bool gate_thread = tid < G;
+    const GateInputs gin = gate_thread ? load_gate_inputs<IO>(p, grp.b, group_head(p, grp.hk, tid, G)) : GateInputs{};
+    for (int base = tid; base < (n_conv > n_z ? n_conv : n_z); base += kPer * nthreads) {
+      // ---- loads: z, then every tap of up to kPer channels
+      float zv[kPer], nw[kPer], old[kPer][3], xc[kPer], wv[kPer][4], bv[kPer];
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        const int i = base + k * nthreads;
+        if (i < n_w) nw[k] = Elem<E>::to_float(static_cast<const E*>(p.norm_weight)[i]);
+        if (i < n_z) {
+          const int g = i / Dv, j = i - g * Dv;
+          zv[k] = Elem<E>::to_float(z[grp.b * p.z_batch_stride + int64_t(group_head(p, grp.hk, g, G)) * p.z_head_stride + j]);
+        }
+        if (i < n_conv) {
+          const int64_t c = group_channel(p, grp.hk, G, i);
+          // window = (old[0 .. W-2], xc); indices fixed at compile time (W <= 4)
+          // so the window stays in registers.
+#pragma unroll
+          for (int t = 0; t < 3; ++t) old[k][t] = t < W - 1 ? Elem<E>::to_float(cs[in_slot + c * chs + t * tps]) : 0.0f;
+#pragma unroll
+          for (int t = 0; t < 4; ++t) wv[k][t] = t < W ? Elem<E>::to_float(wt[c * W + t]) : 0.0f;
+          xc[k] = Elem<E>::to_float(x[c]);
+          bv[k] = bias ? Elem<E>::to_float(bias[c]) : 0.0f;
+        }
+      }
+      // ---- then the arithmetic and the stores
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        const int i = base + k * nthreads;
+        if (i < n_w) sm.w[i] = nw[k];
+        if (i < n_z) sm.z[i] = zv[k];
+        if (i < n_conv) {
+          // y = silu(w . window + bias)
+          float acc = bv[k];
+#pragma unroll
+          for (int t = 0; t < 3; ++t)
+            if (t < W - 1) acc += wv[k][t] * old[k][t];
+          acc += (W == 2 ? wv[k][1] : W == 3 ? wv[k][2] : wv[k][3]) * xc[k];
+          (i < 2 * Dk ? sm.qk[i] : sm.vo[i - 2 * Dk]) = silu(acc);
+          // conv_state[s_out, c] = (old[1 .. W-2], xc)
+          if (write_conv && slots.write) {
+            const int64_t c = group_channel(p, grp.hk, G, i);
+#pragma unroll
+            for (int t = 0; t < 3; ++t)
+              if (t < W - 1)
+                cs[out_slot + c * chs + t * tps] = Elem<E>::from_float(t + 1 < W - 1 ? old[k][t < 2 ? t + 1 : 2] : xc[k]);
+          }
+        }
+      }
+    }
+    if (gate_thread) {
+      const Gates gt = finish_gates(p, gin);
+      sm.decay[tid] = gt.decay;
+      sm.beta[tid] = gt.beta;
+    }
+  });
+}
+
+// A cluster's conv state update, by block 0 once every block of the cluster
+// has read the old windows: conv_state[s_out, c] = (old[1 .. W-2], x[b, c]).
+template <typename IO>
+__device__ __forceinline__ void conv_state_commit(const DecodeParams& p, const Group& grp, const RowSlots& slots) {
+  const int Dk = p.head_dim_k, Dv = p.head_dim_v, G = grp.G;
+  with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
+    using E = decltype(tag);
+    const int W = p.conv_width;
+    const E* x = static_cast<const E*>(p.x) + grp.b * p.x_batch_stride;
+    E* cs = static_cast<E*>(p.conv_state);
+    const int64_t in_slot = slots.s_in * p.conv_state_slot_stride;
+    const int64_t out_slot = slots.s_out * p.conv_state_slot_stride;
+    const int64_t chs = p.conv_state_channel_stride, tps = p.conv_state_tap_stride;
+    for (int i = threadIdx.x; i < 2 * Dk + G * Dv; i += int(blockDim.x)) {
+      const int64_t c = group_channel(p, grp.hk, G, i);
+      E next[3];
+#pragma unroll
+      for (int t = 0; t < 3; ++t)
+        if (t < W - 1) next[t] = t + 1 < W - 1 ? cs[in_slot + c * chs + (t < 2 ? t + 1 : 2) * tps] : x[c];
+#pragma unroll
+      for (int t = 0; t < 3; ++t)
+        if (t < W - 1) cs[out_slot + c * chs + t * tps] = next[t];
+    }
+  });
+}
+
+// The gated RMSNorm over each head of the group, after every output of this
+// block is in sm.vo (every thread of every block of the group calls it;
+// owner(g, j) names the cluster block that holds output j of head g):
+//   out[j] = w[j] * o[j] * rsqrt(mean_j(o[j]^2) + eps) * silu(z[j])
+// Warp g sums head g's squares in one fixed order (lane l: j = l, l + kWarp,
+// ..., then a fixed butterfly), whatever the launch geometry: deterministic
+// and batch-invariant. A block writes the outputs it holds.
+template <typename IO, typename Owner>
+__device__ __forceinline__ void fused_norm_epilogue(const DecodeParams& p, const Group& grp, const FusedSmem& sm,
+                                                    Owner&& owner) {
+  const int Dv = p.head_dim_v, G = grp.G;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;
+  if (grp.size > 1) {
+    cluster_arrive();  // every block's outputs are in its shared memory
+    cluster_wait();
+  } else {
+    __syncthreads();
+  }
+  // Every warp takes part in every round (a 64-lane logical warp's
+  // exchanges are barriers its warps must all reach).
+  for (int g0 = 0; g0 < G; g0 += warps) {
+    const int g = g0 + warp;
+    float ss = 0.0f;
+    if (g < G)
+      for (int j = lane; j < Dv; j += kWarp) {
+        const int r = owner(g, j);
+        const float o = r == grp.rank ? sm.vo[g * Dv + j] : load_peer(&sm.vo[g * Dv + j], r);
+        ss += o * o;
+      }
+#pragma unroll
+    for (int off = kWarp / 2; off >= 1; off /= 2) ss += warp_shfl_xor(ss, off);
+    if (g < G && lane == 0) sm.rstd[g] = rsqrtf(ss / float(Dv) + p.norm_eps);
+  }
+  __syncthreads();
+  with_dtype<IO>(p.o_dtype, [&](auto tag) {
+    using E = decltype(tag);
+    for (int i = threadIdx.x; i < G * Dv; i += int(blockDim.x)) {
+      const int g = i / Dv, j = i - g * Dv;
+      if (owner(g, j) != grp.rank) continue;
+      const int64_t o_off = grp.b * p.o_batch_stride + int64_t(group_head(p, grp.hk, g, G)) * p.o_head_stride + j;
+      static_cast<E*>(p.o)[o_off] = Elem<E>::from_float(sm.w[j] * sm.vo[i] * sm.rstd[g] * silu(sm.z[i]));
+    }
+  });
+  if (grp.size > 1) {
+    cluster_arrive_relaxed();  // no block leaves while another may still read its outputs
+    cluster_wait();
+  }
+}
+
+// The end of a fused block: (cluster) block 0 commits the conv state once
+// every block has read it, then the norm epilogue.
+template <typename IO, typename Owner>
+__device__ __forceinline__ void fused_finish(const DecodeParams& p, const Group& grp, const RowSlots& slots,
+                                             const FusedSmem& sm, Owner&& owner) {
+  if (grp.size > 1) {
+    cluster_wait();  // the phase every block arrived at after its prologue
+    if (p.conv_width > 0 && grp.rank == 0 && slots.write) conv_state_commit<IO>(p, grp, slots);
+  }
+  if (p.norm_weight != nullptr) fused_norm_epilogue<IO>(p, grp, sm, owner);
+}
+
+// A padding row of a group: zero the outputs of its G heads (block 0 of a cluster).
+__device__ __forceinline__ void zero_group_outputs(const DecodeParams& p, const Group& grp) {
+  if (grp.rank != 0) return;
+  const int Dv = p.head_dim_v;
+  for (int i = threadIdx.x; i < grp.G * Dv; i += int(blockDim.x)) {
+    const int g = i / Dv, j = i - g * Dv;
+    store_any(p.o, p.o_dtype, grp.b * p.o_batch_stride + int64_t(group_head(p, grp.hk, g, grp.G)) * p.o_head_stride + j,
+              0.0f);
+  }
+}
+
 // Minimum blocks of 8 warps per SM: 32 resident warps for fp32 states (64
 // registers, no spills) and 24 for 16-bit ones (80 registers, a few bytes of
 // spill on some instantiations; at 32 warps ptxas spills hundreds), so many
 // warps' ring copies are in flight at once. Before the ring (next items held
 // in registers, as the HIP path still does) they needed 80 and 118: 24 and
 // 16 warps.
-template <typename T, Layout kLayout, int kDk, int kP, typename IO>
-__global__ void __launch_bounds__(8 * kWarp, GDN_VK_RING ? (sizeof(T) == 4 ? 1024 : 768) / (8 * kWarp) : 1)
+// kFused (conv prologue or norm epilogue on): a group (row b, k-head hk) is
+// `cluster` consecutive blocks (blockIdx = (b * Hk + hk) * cluster + rank;
+// by_hv divides by Hk; cluster > 1 only on sm_90, launched as a cluster);
+// warp w of block rank works on head g = (rank * W + w) / warps_per_head.
+// (Fused blocks, one per group, are few: they take 128 registers rather than spill.)
+template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused>
+__global__ void __launch_bounds__(8 * kWarp,
+                                  GDN_VK_RING && !kFused ? (sizeof(T) == 4 ? 1024 : 768) / (8 * kWarp) : 2 / (1 + !GDN_VK_RING))
     decode_kernel(const __grid_constant__ DecodeParams p, int items_per_head, int items_per_warp,
-                  FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale) {
+                  FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale, int group_heads,
+                  int warps_per_head, int cluster) {
   // The vk kernel (kv runs decode_kv_kernel below).
   static_assert(kLayout == Layout::kVK, "kv runs decode_kv_kernel");
   constexpr int kColsPerItem = cols_per_item<T, kLayout, kDk, kP>();
@@ -162,28 +468,51 @@ __global__ void __launch_bounds__(8 * kWarp, GDN_VK_RING ? (sizeof(T) == 4 ? 102
   static_assert(!kColsRun || 16 % kColsHeld == 0, "a column run must divide 16 (and so Dv)");
 
   const int Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
-  // Block coordinates in 32-bit arithmetic by host-prepared divisors (the
-  // grid index is below 2^31): blockIdx = (b * Hv + h) * blocks_per_head + blk.
-  const unsigned row_head = by_blocks_per_head.div(blockIdx.x);
-  const int blk = int(blockIdx.x - row_head * by_blocks_per_head.d);
-  const unsigned b32 = by_hv.div(row_head);
-  const int h = int(row_head - b32 * unsigned(Hv));
-  const int64_t b = b32;
   const int warps = int(blockDim.x / kWarp);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  // Block coordinates in 32-bit arithmetic by host-prepared divisors (the
+  // grid index is below 2^31): blockIdx = (b * Hv + h) * blocks_per_head + blk,
+  // or (fused) b * Hk + hk with this warp on head g of the group.
+  int h, blk, hk = 0, g = 0, gw = 0;
+  int64_t b;
+  Group grp{};
+  if constexpr (kFused) {
+    const unsigned group = blockIdx.x / unsigned(cluster);
+    const unsigned b32 = by_hv.div(group);
+    b = b32;
+    hk = int(group - b32 * unsigned(p.num_k_heads));
+    grp = Group{b, hk, group_heads, int(blockIdx.x - group * unsigned(cluster)), cluster};
+    gw = grp.rank * warps + warp;  // the warp's index in the group
+    g = gw / warps_per_head;
+    h = group_head(p, hk, g, group_heads);
+    blk = grp.rank;
+  } else {
+    const unsigned row_head = by_blocks_per_head.div(blockIdx.x);
+    blk = int(blockIdx.x - row_head * by_blocks_per_head.d);
+    const unsigned b32 = by_hv.div(row_head);
+    h = int(row_head - b32 * unsigned(Hv));
+    b = b32;
+  }
   const int64_t o_base = b * p.o_batch_stride + int64_t(h) * p.o_head_stride;
 
-  const RowSlots slots = row_slots(p, b, h, blk);
+  // (fused: the group's first k-head counts the row's bad indices)
+  const RowSlots slots = row_slots(p, b, kFused ? hk : h, blk);
   if (slots.s_in < 0 || slots.s_in >= p.num_slots) {
     // Padding row: zero this block's outputs, touch no state.
-    const int j0 = blk * warps * items_per_warp * kColsPerItem;
-    const int j_end = min(Dv, j0 + warps * items_per_warp * kColsPerItem);
-    for (int j = j0 + threadIdx.x; j < j_end; j += blockDim.x) store_any(p.o, p.o_dtype, o_base + j, 0.0f);
+    if constexpr (kFused) {
+      zero_group_outputs(p, grp);
+    } else {
+      const int j0 = blk * warps * items_per_warp * kColsPerItem;
+      const int j_end = min(Dv, j0 + warps * items_per_warp * kColsPerItem);
+      for (int j = j0 + threadIdx.x; j < j_end; j += blockDim.x) store_any(p.o, p.o_dtype, o_base + j, 0.0f);
+    }
     return;
   }
-  int item = (blk * warps + warp) * items_per_warp;
-  // Warps past the last item of the head (Dv not a multiple of the block's columns).
-  if (item >= items_per_head) return;
+  int item = kFused ? (gw - g * warps_per_head) * items_per_warp : (blk * warps + warp) * items_per_warp;
+  // Warps past the last item of the head (Dv not a multiple of the block's
+  // columns). Fused blocks have none (the launch gives every warp an item),
+  // and must not leave early: the group's barriers follow.
+  if (!kFused && item >= items_per_head) return;
   const int item_end = min(items_per_head, item + items_per_warp);
 
   // ---- where this lane's data lives
@@ -212,8 +541,22 @@ __global__ void __launch_bounds__(8 * kWarp, GDN_VK_RING ? (sizeof(T) == 4 ? 102
   auto vec_col = [&](int o, int j0) { return j0 + cols[o]; };
   // element (i, j) at j*Dk + i
   auto vec_off = [&](int i, int j) -> int { return j * Dk + i; };
+  // The fused stages' shared memory, after the ring.
+  extern __shared__ uint4 smem_raw[];
+#if GDN_VK_RING
+  constexpr int kRingVecs = kStages * kOuter * kInner * kWarp;  // a warp's ring, in 16-byte vectors
+#else
+  constexpr int kRingVecs = 0;
+#endif
+  const FusedSmem sm(reinterpret_cast<float*>(smem_raw + warps * kRingVecs), kFused ? group_heads : 0, Dk, Dv);
   // v[j0 + cols[c]] for the held columns (0 past Dv): one dtype branch for the group.
   auto load_v = [&](int j0, float (&vj)[kColsHeld]) {
+    if (kFused && p.conv_width > 0) {
+      // the conv output of the group prologue
+#pragma unroll
+      for (int c = 0; c < kColsHeld; ++c) vj[c] = j0 + cols[c] < Dv ? sm.vo[g * Dv + j0 + cols[c]] : 0.0f;
+      return;
+    }
     with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
       using E = decltype(tag);
       const E* vp = static_cast<const E*>(p.v) + v_base + j0;
@@ -235,7 +578,6 @@ __global__ void __launch_bounds__(8 * kWarp, GDN_VK_RING ? (sizeof(T) == 4 ? 102
   // in, and later reads back, only its own kHeld vectors of an item (lanes
   // side by side: conflict-free), so no barrier is ever needed.
   constexpr int kHeld = kOuter * kInner;
-  extern __shared__ uint4 smem_raw[];
   V* ring = reinterpret_cast<V*>(smem_raw) + warp * (kStages * kHeld * kWarp) + lane;
   auto slot = [&](int stage, int o, int c) -> V* { return ring + ((stage * kOuter + o) * kInner + c) * kWarp; };
   // Issue the copies of item `it` into ring stage `stage` (nothing past the
@@ -301,37 +643,64 @@ __global__ void __launch_bounds__(8 * kWarp, GDN_VK_RING ? (sizeof(T) == 4 ? 102
 #else
   issue_item(item, 0);
 #endif
+  // Programmatic launch: the state is on its way; the inputs may still be
+  // being written by the previous kernel.
+  wait_upstream();
+  if constexpr (kFused) {
+    fused_prologue<IO>(p, grp, slots, sm, cluster == 1);
+    __syncthreads();
+    if (cluster > 1) cluster_arrive_relaxed();  // this block has read the old conv windows
+  }
   float vj[kColsHeld];
   load_v(item * kColsPerItem, vj);
 
   // interleaved: hk = h / G (by_head_map divides by G); tiled: hk = h % Hk
   // (by_head_map divides by Hk).
-  const unsigned hq = by_head_map.div(unsigned(h));
-  const int hk = p.head_map == HeadMap::kInterleaved ? int(hq) : h - int(hq) * p.num_k_heads;
+  if constexpr (!kFused) {
+    const unsigned hq = by_head_map.div(unsigned(h));
+    hk = p.head_map == HeadMap::kInterleaved ? int(hq) : h - int(hq) * p.num_k_heads;
+  }
   const int64_t q_base = b * p.q_batch_stride + int64_t(hk) * p.q_head_stride;
   const int64_t k_base = b * p.k_batch_stride + int64_t(hk) * p.k_head_stride;
   float qh[kRowsHeld], kh[kRowsHeld];
   // q and k rows, 0 past Dk: one dtype branch for all of them. vk holds kVec
   // consecutive rows per chunk (a chunk starts at a multiple of kVec, which
   // divides 16 and so Dk: all in range or none): one vector load each.
-  with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
-    using E = decltype(tag);
-    const E* qp = static_cast<const E*>(p.q) + q_base;
-    const E* kp = static_cast<const E*>(p.k) + k_base;
+  if (kFused && p.conv_width > 0) {
+    // the conv output of the group prologue
 #pragma unroll
-    for (int c = 0; c < kInner; ++c) {
-      const int i = rows[c * kVec];
-      if (i < Dk) {
-        load_run<E, kVec>(qp + i, qh + c * kVec);
-        load_run<E, kVec>(kp + i, kh + c * kVec);
-      } else {
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) qh[c * kVec + e] = kh[c * kVec + e] = 0.0f;
-      }
+    for (int r = 0; r < kRowsHeld; ++r) {
+      const int i = rows[r];
+      qh[r] = i < Dk ? sm.qk[i] : 0.0f;
+      kh[r] = i < Dk ? sm.qk[Dk + i] : 0.0f;
     }
-  });
-  const Gates gates = load_gates<IO>(p, b, h);
-  const float decay = gates.decay, beta = gates.beta;
+  } else {
+    with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
+      using E = decltype(tag);
+      const E* qp = static_cast<const E*>(p.q) + q_base;
+      const E* kp = static_cast<const E*>(p.k) + k_base;
+#pragma unroll
+      for (int c = 0; c < kInner; ++c) {
+        const int i = rows[c * kVec];
+        if (i < Dk) {
+          load_run<E, kVec>(qp + i, qh + c * kVec);
+          load_run<E, kVec>(kp + i, kh + c * kVec);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) qh[c * kVec + e] = kh[c * kVec + e] = 0.0f;
+        }
+      }
+    });
+  }
+  float decay, beta;
+  if constexpr (kFused) {
+    decay = sm.decay[g];
+    beta = sm.beta[g];
+  } else {
+    const Gates gates = load_gates<IO>(p, b, h);
+    decay = gates.decay;
+    beta = gates.beta;
+  }
 
   // ---- 2. l2norm: the lanes of a column group hold all of Dk between them
   l2_normalize<kReduceLow, kReduceSpan>(p, lane, qh, kh);
@@ -394,16 +763,30 @@ __global__ void __launch_bounds__(8 * kWarp, GDN_VK_RING ? (sizeof(T) == 4 ? 102
       }
     // o[j0 + cols[out_c]] = scale * (sum over the span of out[out_c]), written by its one writer lane.
     const float o_val = scale * reduce_scatter<kReduceLow, kReduceSpan, kColsHeld>(out, lane);
-    if (writer && j0 + out_col < Dv)
-      with_dtype<IO>(p.o_dtype, [&](auto tag) {
-        using E = decltype(tag);
-        static_cast<E*>(p.o)[o_base + j0 + out_col] = Elem<E>::from_float(o_val);
-      });
+    // The output of a column goes where its v was (sm.vo): every lane's read
+    // of that v before the writer's store.
+    if (kFused && p.norm_weight != nullptr) warp_sync();
+    if (writer && j0 + out_col < Dv) {
+      if (kFused && p.norm_weight != nullptr) {
+        sm.vo[g * Dv + j0 + out_col] = o_val;  // normalized in the epilogue
+      } else {
+        with_dtype<IO>(p.o_dtype, [&](auto tag) {
+          using E = decltype(tag);
+          static_cast<E*>(p.o)[o_base + j0 + out_col] = Elem<E>::from_float(o_val);
+        });
+      }
+    }
 
     if (!has_next) break;
     ++item;
 #pragma unroll
     for (int c = 0; c < kColsHeld; ++c) vj[c] = v_next[c];
+  }
+  if constexpr (kFused) {
+    // Output j of head g: item j / cols of warp g * warps_per_head + item / items_per_warp of the group.
+    fused_finish<IO>(p, grp, slots, sm, [&](int gg, int j) {
+      return (gg * warps_per_head + (j / kColsPerItem) / items_per_warp) / warps;
+    });
   }
 }
 
@@ -424,48 +807,85 @@ __global__ void __launch_bounds__(8 * kWarp, GDN_VK_RING ? (sizeof(T) == 4 ? 102
 // written, so in-place updates (s_out == s_in) are safe. Every barrier is
 // reached by all threads: the only early return (padding row) is uniform
 // over the block.
-template <typename T, int kDk, int kW, typename IO>
+// kFused: a group (row b, k-head hk) is `cluster` consecutive blocks
+// (blockIdx = (b * Hk + hk) * cluster + rank; by_hv divides by Hk; cluster > 1
+// only on sm_90) streaming the tiles T = g * tiles_per_head + tile of its G
+// heads, tiles_per_block of them a block.
+template <typename T, int kDk, int kW, typename IO, bool kFused>
 __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) : 1)
     decode_kv_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
-                     FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale) {
+                     FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale, int group_heads,
+                     int cluster) {
   using Tile = KvSmemTile<T, kDk, kW>;
   using V = Vec<T>;
   constexpr int kVec = V::kN, kRows = Tile::kRows, kCols = Tile::kCols, kPitch = Tile::kPitch;
   // kKvStages tiles of kDk rows x kPitch chunks (dynamic: two stages pass
-  // 48 KiB at Dk = 256).
+  // 48 KiB at Dk = 256), then the fused stages' floats.
   extern __shared__ uint4 smem_raw[];
   V* const tiles = reinterpret_cast<V*>(smem_raw);
 
   const int Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
-  // blockIdx = (b * Hv + h) * blocks_per_head + blk, as in decode_kernel.
-  const unsigned row_head = by_blocks_per_head.div(blockIdx.x);
-  const int blk = int(blockIdx.x - row_head * by_blocks_per_head.d);
-  const unsigned b32 = by_hv.div(row_head);
-  const int h = int(row_head - b32 * unsigned(Hv));
-  const int64_t b = b32;
+  const FusedSmem sm(reinterpret_cast<float*>(tiles + kKvStages * kDk * kPitch), kFused ? group_heads : 0, Dk, Dv);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t o_base = b * p.o_batch_stride + int64_t(h) * p.o_head_stride;
-  // This block's tiles [t, t_end): never empty (blocks_per_head = ceil(tiles_per_head / tiles_per_block)).
-  int t = blk * tiles_per_block;
-  const int t_end = min(tiles_per_head, t + tiles_per_block);
+  // blockIdx = (b * Hv + h) * blocks_per_head + blk, as in decode_kernel; this
+  // block's tiles [t, t_end): never empty (blocks_per_head = ceil(tiles_per_head
+  // / tiles_per_block)). Fused: the group's tiles, all of them.
+  int h0, blk, hk = 0, t, t_end;
+  int64_t b;
+  Group grp{};
+  if constexpr (kFused) {
+    const unsigned group = blockIdx.x / unsigned(cluster);
+    const unsigned b32 = by_hv.div(group);
+    b = b32;
+    hk = int(group - b32 * unsigned(p.num_k_heads));
+    grp = Group{b, hk, group_heads, int(blockIdx.x - group * unsigned(cluster)), cluster};
+    h0 = group_head(p, hk, 0, group_heads);
+    blk = grp.rank;
+    t = grp.rank * tiles_per_block;
+    t_end = min(group_heads * tiles_per_head, t + tiles_per_block);
+  } else {
+    const unsigned row_head = by_blocks_per_head.div(blockIdx.x);
+    blk = int(blockIdx.x - row_head * by_blocks_per_head.d);
+    const unsigned b32 = by_hv.div(row_head);
+    h0 = int(row_head - b32 * unsigned(Hv));
+    b = b32;
+    t = blk * tiles_per_block;
+    t_end = min(tiles_per_head, t + tiles_per_block);
+  }
 
-  const RowSlots slots = row_slots(p, b, h, blk);
+  const RowSlots slots = row_slots(p, b, kFused ? hk : h0, blk);
   if (slots.s_in < 0 || slots.s_in >= p.num_slots) {
     // Padding row (uniform over the block: no barrier is skipped by part of
     // it): zero this block's outputs, touch no state.
-    const int j_end = min(Dv, t_end * kCols);
-    for (int j = t * kCols + int(threadIdx.x); j < j_end; j += kW * kWarp) store_any(p.o, p.o_dtype, o_base + j, 0.0f);
+    if constexpr (kFused) {
+      zero_group_outputs(p, grp);
+    } else {
+      const int64_t o_base = b * p.o_batch_stride + int64_t(h0) * p.o_head_stride;
+      const int j_end = min(Dv, t_end * kCols);
+      for (int j = t * kCols + int(threadIdx.x); j < j_end; j += kW * kWarp) store_any(p.o, p.o_dtype, o_base + j, 0.0f);
+    }
     return;
   }
 
   // Copy positions: chunk cp_chunk of rows cp_row + 32 n. Compute: chunk
   // `warp`, rows lane + 32 n.
   const int cp_chunk = int(threadIdx.x) % kW, cp_row = int(threadIdx.x) / kW;
-  // 64-bit arithmetic once per (slot, head); inside a head offsets are below 2^16.
-  const int64_t head_off = int64_t(h) * Dk * Dv;
-  const T* s_in = static_cast<const T*>(p.state) + slots.s_in * p.state_slot_stride + head_off;
-  T* s_out = static_cast<T*>(p.state) + slots.s_out * p.state_slot_stride + head_off;
-  const int64_t v_base = b * p.v_batch_stride + int64_t(h) * p.v_head_stride;
+  // 64-bit arithmetic once per slot (and head); inside a head offsets are below 2^16.
+  const T* s_in_slot = static_cast<const T*>(p.state) + slots.s_in * p.state_slot_stride;
+  T* s_out_slot = static_cast<T*>(p.state) + slots.s_out * p.state_slot_stride;
+  // Tile T of the block: group member g (0 unless fused), its head, and the tile within the head.
+  struct Pos {
+    int g, h, tile;
+  };
+  auto pos = [&](int tt) -> Pos {
+    if constexpr (kFused) {
+      const int g = tt / tiles_per_head;
+      return Pos{g, group_head(p, hk, g, group_heads), tt - g * tiles_per_head};
+    } else {
+      return Pos{0, h0, tt};
+    }
+  };
+  auto head_off = [&](int h) { return int64_t(h) * Dk * Dv; };
 
   // Issue this thread's copy chunks of tile tt into ring stage `stage`
   // (zeros past Dk or Dv: a chunk starts at a multiple of kVec, which divides
@@ -473,13 +893,15 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   // close the group either way so group k is the block's tile k.
   auto issue_tile = [&](int tt, int stage) {
     if (tt < t_end) {
-      const int j = tt * kCols + cp_chunk * kVec;
+      const Pos q = pos(tt);
+      const T* src = s_in_slot + head_off(q.h);
+      const int j = q.tile * kCols + cp_chunk * kVec;
       V* dst = tiles + stage * (kDk * kPitch) + cp_chunk;
 #pragma unroll
       for (int n = 0; n < kRows; ++n) {
         const int i = cp_row + n * kWarp;
         const bool in = i < Dk && j < Dv;
-        copy16_async(dst + i * kPitch, in ? s_in + i * Dv + j : s_in, in);
+        copy16_async(dst + i * kPitch, in ? src + i * Dv + j : src, in);
       }
     }
     async_commit();
@@ -493,45 +915,79 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   const bool writer = lane % kOutStride == 0;
   // v[j] for the lane's column j of tile tt (0 past Dv; the warp's chunk is all in or all out).
   auto load_v = [&](int tt) -> float {
-    const int j = tt * kCols + warp * kVec + out_c;
+    const Pos q = pos(tt);
+    const int j = q.tile * kCols + warp * kVec + out_c;
     float x = 0.0f;
-    if (j < Dv)
-      with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
-        using E = decltype(tag);
-        x = Elem<E>::to_float(static_cast<const E*>(p.v)[v_base + j]);
-      });
+    if (j < Dv) {
+      if (kFused && p.conv_width > 0) {
+        x = sm.vo[q.g * Dv + j];  // the conv output of the group prologue
+      } else {
+        const int64_t v_base = b * p.v_batch_stride + int64_t(q.h) * p.v_head_stride;
+        with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
+          using E = decltype(tag);
+          x = Elem<E>::to_float(static_cast<const E*>(p.v)[v_base + j]);
+        });
+      }
+    }
     return x;
   };
 
-  // ---- 1. the first kKvStages - 1 tiles' state and v first, then q, k and the gates.
+  // ---- 1. the first kKvStages - 1 tiles' state first; then (programmatic
+  // launch: once the previous kernel is done) the group prologue, v, q, k and the gates.
 #pragma unroll
   for (int st = 0; st < kKvStages - 1; ++st) issue_tile(t + st, st);
+  wait_upstream();
+  if constexpr (kFused) {
+    fused_prologue<IO>(p, grp, slots, sm, cluster == 1);
+    __syncthreads();
+    if (cluster > 1) cluster_arrive_relaxed();  // this block has read the old conv windows
+  }
   float vj = load_v(t);
 
-  const unsigned hq = by_head_map.div(unsigned(h));
-  const int hk = p.head_map == HeadMap::kInterleaved ? int(hq) : h - int(hq) * p.num_k_heads;
-  const int64_t q_base = b * p.q_batch_stride + int64_t(hk) * p.q_head_stride;
-  const int64_t k_base = b * p.k_batch_stride + int64_t(hk) * p.k_head_stride;
+  if constexpr (!kFused) {
+    const unsigned hq = by_head_map.div(unsigned(h0));
+    hk = p.head_map == HeadMap::kInterleaved ? int(hq) : h0 - int(hq) * p.num_k_heads;
+  }
   float qh[kRows], kh[kRows];
-  with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
-    using E = decltype(tag);
-    const E* qp = static_cast<const E*>(p.q) + q_base;
-    const E* kp = static_cast<const E*>(p.k) + k_base;
+  if (kFused && p.conv_width > 0) {
 #pragma unroll
     for (int n = 0; n < kRows; ++n) {
       const int i = lane + n * kWarp;
-      qh[n] = i < Dk ? Elem<E>::to_float(qp[i]) : 0.0f;
-      kh[n] = i < Dk ? Elem<E>::to_float(kp[i]) : 0.0f;
+      qh[n] = i < Dk ? sm.qk[i] : 0.0f;
+      kh[n] = i < Dk ? sm.qk[Dk + i] : 0.0f;
     }
-  });
-  const Gates gates = load_gates<IO>(p, b, h);
-  const float decay = gates.decay, beta = gates.beta;
+  } else {
+    const int64_t q_base = b * p.q_batch_stride + int64_t(hk) * p.q_head_stride;
+    const int64_t k_base = b * p.k_batch_stride + int64_t(hk) * p.k_head_stride;
+    with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
+      using E = decltype(tag);
+      const E* qp = static_cast<const E*>(p.q) + q_base;
+      const E* kp = static_cast<const E*>(p.k) + k_base;
+#pragma unroll
+      for (int n = 0; n < kRows; ++n) {
+        const int i = lane + n * kWarp;
+        qh[n] = i < Dk ? Elem<E>::to_float(qp[i]) : 0.0f;
+        kh[n] = i < Dk ? Elem<E>::to_float(kp[i]) : 0.0f;
+      }
+    });
+  }
+  float decay, beta;
+  if constexpr (!kFused) {
+    const Gates gates = load_gates<IO>(p, b, h0);
+    decay = gates.decay;
+    beta = gates.beta;
+  }
 
   // ---- 2. l2norm: the 32 lanes of every warp hold all of Dk between them.
   l2_normalize<1, kWarp>(p, lane, qh, kh);
   // ---- 3. the block's tiles, kKvStages - 1 of them in flight while one computes
   for (int stage = 0;; stage = stage + 1 == kKvStages ? 0 : stage + 1) {
     const bool has_next = t + 1 < t_end;
+    const Pos cur = pos(t);
+    if constexpr (kFused) {
+      decay = sm.decay[cur.g];
+      beta = sm.beta[cur.g];
+    }
     // Stage stage - 1 held the previous tile: its last readers were this
     // thread's own global stores (after barrier B), so it is free to refill.
     issue_tile(t + kKvStages - 1, stage == 0 ? kKvStages - 1 : stage - 1);
@@ -570,25 +1026,37 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
       tile[(lane + n * kWarp) * kPitch + warp] = nv;
     }
     const float o_val = scale * reduce_scatter<1, kWarp, kVec>(out, lane);
-    const int jo = t * kCols + warp * kVec + out_c;
-    if (writer && jo < Dv)
-      with_dtype<IO>(p.o_dtype, [&](auto tag) {
-        using E = decltype(tag);
-        static_cast<E*>(p.o)[o_base + jo] = Elem<E>::from_float(o_val);
-      });
+    const int jo = cur.tile * kCols + warp * kVec + out_c;
+    if (writer && jo < Dv) {
+      if (kFused && p.norm_weight != nullptr) {
+        sm.vo[cur.g * Dv + jo] = o_val;  // normalized in the epilogue
+      } else {
+        const int64_t o_base = b * p.o_batch_stride + int64_t(cur.h) * p.o_head_stride;
+        with_dtype<IO>(p.o_dtype, [&](auto tag) {
+          using E = decltype(tag);
+          static_cast<E*>(p.o)[o_base + jo] = Elem<E>::from_float(o_val);
+        });
+      }
+    }
     __syncthreads();  // B: S' of the whole tile is in shared memory
 
     if (slots.write) {
-      const int j = t * kCols + cp_chunk * kVec;
+      T* dst = s_out_slot + head_off(cur.h);
+      const int j = cur.tile * kCols + cp_chunk * kVec;
 #pragma unroll
       for (int n = 0; n < kRows; ++n) {
         const int i = cp_row + n * kWarp;
-        if (i < Dk && j < Dv) *reinterpret_cast<V*>(s_out + i * Dv + j) = tile[i * kPitch + cp_chunk];
+        if (i < Dk && j < Dv) *reinterpret_cast<V*>(dst + i * Dv + j) = tile[i * kPitch + cp_chunk];
       }
     }
     if (!has_next) break;
     ++t;
     vj = v_next;
+  }
+  if constexpr (kFused) {
+    // Output j of head g: tile g * tiles_per_head + j / kCols of the group.
+    fused_finish<IO>(p, grp, slots, sm,
+                     [&](int gg, int j) { return (gg * tiles_per_head + j / kCols) / tiles_per_block; });
   }
 }
 
@@ -608,13 +1076,13 @@ constexpr size_t smem_bytes(int warps_per_block) {
 #endif
 }
 
-// The kernel of (T, kLayout, kDk, kP, IO).
-template <typename T, Layout kLayout, int kDk, int kP, typename IO>
+// The kernel of (T, kLayout, kDk, kP, IO, kFused).
+template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused = false>
 const void* kernel_of() {
   if constexpr (kLayout == Layout::kKV)
-    return reinterpret_cast<const void*>(&decode_kv_kernel<T, kDk, kP, IO>);
+    return reinterpret_cast<const void*>(&decode_kv_kernel<T, kDk, kP, IO, kFused>);
   else
-    return reinterpret_cast<const void*>(&decode_kernel<T, kLayout, kDk, kP, IO>);
+    return reinterpret_cast<const void*>(&decode_kernel<T, kLayout, kDk, kP, IO, kFused>);
 }
 
 // f(IO{}) with the kernel instantiation's IO for p (decode_kernel.cuh,
@@ -663,6 +1131,82 @@ int resident_warps_per_sm() {
   return warps;
 }
 
+// The fused instantiation's dynamic shared-memory limit, raised once per
+// process (as above) to the most any launch of it asks for: 8 warps' ring,
+// a group of kMaxFusedGroup heads, Dv = kMaxHeadDim.
+template <typename T, Layout kLayout, int kDk, int kP, typename IO>
+bool fused_ready() {
+  static const bool ready = [] {
+    constexpr size_t smem = smem_bytes<T, kLayout, kDk, kP>(8) + fused_smem_bytes(kMaxFusedGroup, kDk, kMaxHeadDim);
+    static_assert(smem <= GDN_MAX_BLOCK_SMEM, "the ring and the fused stages exceed a block's shared memory");
+    (void)cudaFuncSetAttribute(kernel_of<T, kLayout, kDk, kP, IO, true>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(smem));
+    (void)cudaGetLastError();
+    return true;
+  }();
+  return ready;
+}
+
+// Whether a kernel can use sm_90 launch features, programmatic launch (PDL)
+// and thread-block clusters: its code has the griddepcontrol and cluster
+// instructions (built from sm_90 or newer PTX, not JIT-compiled from
+// compute_80) and the GPU is sm_90 or newer. Once per kernel and process,
+// like the above.
+template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused>
+bool sm90_capable() {
+#if defined(GDN_HIP)
+  return false;
+#else
+  static const bool capable = [] {
+    cudaFuncAttributes a{};
+    int dev = 0, major = 0;
+    const bool ok = cudaFuncGetAttributes(&a, kernel_of<T, kLayout, kDk, kP, IO, kFused>()) == cudaSuccess &&
+                    cudaGetDevice(&dev) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess;
+    (void)cudaGetLastError();
+    return ok && major >= 9 && a.ptxVersion >= 90;
+  }();
+  return capable;
+#endif
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), or through
+// cudaLaunchKernelEx with programmatic stream serialization (`pdl`) and/or
+// clusters of `cluster` blocks.
+template <typename... KArgs, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(KArgs...), unsigned grid, unsigned block, size_t smem, cudaStream_t stream,
+                          bool pdl, int cluster, Args... args) {
+#if !defined(GDN_HIP)
+  if (pdl || cluster > 1) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[2];
+    unsigned n = 0;
+    if (pdl) {
+      attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster > 1) {
+      attr[n].id = cudaLaunchAttributeClusterDimension;
+      attr[n].val.clusterDim.x = unsigned(cluster);
+      attr[n].val.clusterDim.y = 1;
+      attr[n++].val.clusterDim.z = 1;
+    }
+    cfg.attrs = attr;
+    cfg.numAttrs = n;
+    return cudaLaunchKernelEx(&cfg, kernel, args...);
+  }
+#else
+  (void)pdl;
+  (void)cluster;
+#endif
+  kernel<<<dim3(grid), dim3(block), smem, stream>>>(args...);
+  return cudaGetLastError();
+}
+
 template <typename T, Layout kLayout, int kDk, int kP>
 Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
   constexpr int cpi = cols_per_item<T, kLayout, kDk, kP>();
@@ -671,6 +1215,44 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
   const int64_t heads = p.batch * p.num_v_heads;
   const int64_t items = heads * g.items_per_head;
   const int cap = max_items_per_warp < g.items_per_head ? max_items_per_warp : g.items_per_head;
+  g.group_heads = p.num_v_heads / p.num_k_heads;
+  g.fused = p.conv_width > 0 || p.norm_weight != nullptr;
+  if (g.fused) {
+    // A group (row, k-head) is one block, or on sm_90 a cluster of up to 8
+    // while the groups leave SMs idle (B = 1: 16 groups, clusters of 8).
+    // kv: the group's G * tiles_per_head tiles split evenly over the
+    // cluster; vk: 8 * cluster / G warps a head, each streaming the fewest
+    // items that cover the head, 8 warps or fewer a block.
+    const int G = g.group_heads;
+    const int64_t groups = p.batch * p.num_k_heads;
+    const bool clusters =
+        with_io(p, [](auto io) { return sm90_capable<T, kLayout, kDk, kP, decltype(io), true>(); });
+    int want = 1;
+    while (clusters && want < 8 && groups * want < sms) want *= 2;
+    g.blocks_per_head = 1;
+    g.warps_per_head = 0;
+    for (int c = want; c >= 1; --c) {
+      if constexpr (kLayout == Layout::kKV) {
+        const int tiles = G * g.items_per_head;
+        const int tpb = (tiles + c - 1) / c;
+        if ((tiles + tpb - 1) / tpb != c) continue;
+        g.warps_per_block = kP;
+        g.items_per_warp = tpb;
+      } else {
+        const int wph0 = std::min(g.items_per_head, std::max(1, 8 * c / G));
+        const int ipw = (g.items_per_head + wph0 - 1) / wph0;
+        const int wph = (g.items_per_head + ipw - 1) / ipw;
+        if ((G * wph) % c != 0 || G * wph / c > 8) continue;
+        g.items_per_warp = ipw;
+        g.warps_per_head = wph;
+        g.warps_per_block = G * wph / c;
+      }
+      g.cluster = c;
+      break;
+    }
+    return g;
+  }
+  g.warps_per_head = 0;
   const int resident_warps = with_io(p, [](auto io) { return resident_warps_per_sm<T, kLayout, kDk, kP, decltype(io)>(); });
   if constexpr (kLayout == Layout::kKV) {
     // kv: an item is a block's tile of kP warps. Tiles a block streams: as
@@ -710,26 +1292,39 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
 template <typename T, Layout kLayout, int kDk, int kP>
 cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t stream) {
   const float scale = effective_scale(p);
-  const int64_t blocks = p.batch * p.num_v_heads * g.blocks_per_head;
   const FastDiv by_head_map(unsigned(p.head_map == HeadMap::kInterleaved ? p.num_v_heads / p.num_k_heads
                                                                          : p.num_k_heads));
-  with_io(p, [&](auto io) {
+  // grid: (b * Hv + h) * blocks_per_head + blk, or one block per group b * Hk + hk
+  const unsigned blocks =
+      unsigned(g.fused ? p.batch * p.num_k_heads * g.cluster : p.batch * p.num_v_heads * g.blocks_per_head);
+  const FastDiv by_hv(unsigned(g.fused ? p.num_k_heads : p.num_v_heads));
+  const FastDiv by_bph(unsigned(g.blocks_per_head));
+  return with_io(p, [&](auto io) {
     using IO = decltype(io);
-    resident_warps_per_sm<T, kLayout, kDk, kP, IO>();  // once: the shared-memory limit is raised
-    if constexpr (kLayout == Layout::kKV) {
-      // The block shape is the tile's, whatever g.warps_per_block says.
-      decode_kv_kernel<T, kDk, kP, IO><<<dim3(unsigned(blocks)), dim3(KvSmemTile<T, kDk, kP>::kThreads),
-                                         smem_bytes<T, kLayout, kDk, kP>(kP), stream>>>(
-          p, g.items_per_head, g.items_per_warp, FastDiv(unsigned(g.blocks_per_head)),
-          FastDiv(unsigned(p.num_v_heads)), by_head_map, scale);
-    } else {
-      decode_kernel<T, kLayout, kDk, kP, IO><<<dim3(unsigned(blocks)), dim3(g.warps_per_block * kWarp),
-                                               smem_bytes<T, kLayout, kDk, kP>(g.warps_per_block), stream>>>(
-          p, g.items_per_head, g.items_per_warp, FastDiv(unsigned(g.blocks_per_head)),
-          FastDiv(unsigned(p.num_v_heads)), by_head_map, scale);
-    }
+    auto go = [&](auto fused_tag) {
+      constexpr bool kFused = decltype(fused_tag)::value;
+      if constexpr (kFused)
+        fused_ready<T, kLayout, kDk, kP, IO>();
+      else
+        resident_warps_per_sm<T, kLayout, kDk, kP, IO>();  // once: the shared-memory limit is raised
+      const bool pdl = p.programmatic_launch && sm90_capable<T, kLayout, kDk, kP, IO, kFused>();
+      const size_t fused_smem = kFused ? fused_smem_bytes(g.group_heads, p.head_dim_k, p.head_dim_v) : 0;
+      if constexpr (kLayout == Layout::kKV) {
+        // The block shape is the tile's, whatever g.warps_per_block says.
+        return launch_kernel(&decode_kv_kernel<T, kDk, kP, IO, kFused>, blocks, unsigned(KvSmemTile<T, kDk, kP>::kThreads),
+                             smem_bytes<T, kLayout, kDk, kP>(kP) + fused_smem, stream, pdl, g.cluster, p,
+                             g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map, scale, g.group_heads,
+                             g.cluster);
+      } else {
+        return launch_kernel(&decode_kernel<T, kLayout, kDk, kP, IO, kFused>, blocks,
+                             unsigned(g.warps_per_block * kWarp),
+                             smem_bytes<T, kLayout, kDk, kP>(g.warps_per_block) + fused_smem, stream, pdl,
+                             g.cluster, p, g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map, scale,
+                             g.group_heads, g.warps_per_head, g.cluster);
+      }
+    };
+    return g.fused ? go(std::true_type{}) : go(std::false_type{});
   });
-  return cudaGetLastError();
 }
 
 // The shipped tile parameter of (T, L) at Dk capacity D.

@@ -14,6 +14,9 @@
 //   o[j]     = scale * sum_i S'[i, j] q[i]
 // The second pass reads S[i, j] and writes S'[i, j] at the same element, so
 // in-place updates need no scratch state.
+// The optional conv prologue runs first over whole rows (y = the packed
+// q|k|v row, kept in double, never rounded), the optional gated RMSNorm last
+// over each (b, h)'s Dv outputs before they are rounded to o_dtype.
 #include <Kokkos_Core.hpp>
 
 #include <cmath>
@@ -21,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "gdnkit/backend.hpp"
 #include "gdnkit/gdnkit.hpp"
@@ -53,9 +57,57 @@ int64_t read_index(const void* base, IndexType t, int64_t b) {
 // softplus as torch computes it: linear above 20, never overflows.
 double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
 
+double silu(double t) { return t / (1.0 + std::exp(-t)); }
+
+// The conv prologue's reads (phase 1, every row) happen before any of its
+// writes (phase 2), so rows that share a read slot see the same old window
+// whatever order the rows run in.
+struct HostConv {
+  DecodeParams p;
+  int64_t cdim;
+  double* y;       // (B, cdim): the packed q|k|v rows
+  double* window;  // (B, cdim, W - 1): the new conv state, window[1 .. W-1]
+
+  int64_t conv_off(int64_t slot, int64_t c, int64_t t) const {
+    return slot * p.conv_state_slot_stride + c * p.conv_state_channel_stride + t * p.conv_state_tap_stride;
+  }
+  // phase 1: y and the shifted window of row b
+  void operator()(const int64_t b) const {
+    const int64_t s_in = read_slot(b);
+    if (s_in < 0 || s_in >= p.num_slots) return;  // padding row: neither pool
+    const int64_t W = p.conv_width;
+    for (int64_t c = 0; c < cdim; ++c) {
+      double win[4];
+      for (int64_t t = 0; t + 1 < W; ++t) win[t] = load_element(p.conv_state, p.qkv_dtype, conv_off(s_in, c, t));
+      win[W - 1] = load_element(p.x, p.qkv_dtype, b * p.x_batch_stride + c);
+      // y[c] = silu(sum_j w[c, j] window[j] + bias[c])
+      double acc = p.conv_bias ? load_element(p.conv_bias, p.qkv_dtype, c) : 0.0;
+      for (int64_t t = 0; t < W; ++t) acc += load_element(p.conv_weight, p.qkv_dtype, c * W + t) * win[t];
+      y[b * cdim + c] = silu(acc);
+      for (int64_t t = 0; t + 1 < W; ++t) window[(b * cdim + c) * (W - 1) + t] = win[t + 1];
+    }
+  }
+  int64_t read_slot(int64_t b) const {
+    return p.index_dtype == IndexType::kNone ? b : read_index(p.state_indices, p.index_dtype, b);
+  }
+  // phase 2: the new window of row b into its write slot (values from the
+  // conv state or x, so stored exactly)
+  void write(int64_t b) const {
+    const int64_t s_in = read_slot(b);
+    if (s_in < 0 || s_in >= p.num_slots) return;
+    const int64_t s_out = p.state_out_indices ? read_index(p.state_out_indices, p.index_dtype, b) : s_in;
+    if (s_out < 0 || s_out >= p.num_slots) return;
+    const int64_t W = p.conv_width;
+    for (int64_t c = 0; c < cdim; ++c)
+      for (int64_t t = 0; t + 1 < W; ++t)
+        store_element(p.conv_state, p.qkv_dtype, conv_off(s_out, c, t), window[(b * cdim + c) * (W - 1) + t]);
+  }
+};
+
 struct HostStep {
   DecodeParams p;
   double scale;
+  const double* y;  // (B, conv_dim) when the conv prologue is on, else null
 
   void operator()(const int64_t item) const {
     const int64_t Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
@@ -79,13 +131,16 @@ struct HostStep {
     const int64_t G = Hv / p.num_k_heads;
     const int64_t hk = p.head_map == HeadMap::kInterleaved ? h / G : h % p.num_k_heads;
 
-    double q[kMaxHeadDim], k[kMaxHeadDim], u[kMaxHeadDim];
+    double q[kMaxHeadDim], k[kMaxHeadDim], u[kMaxHeadDim], o[kMaxHeadDim];
     const int64_t q_base = b * p.q_batch_stride + hk * p.q_head_stride;
     const int64_t k_base = b * p.k_batch_stride + hk * p.k_head_stride;
+    // With the conv prologue, q|k|v is the row y = [q (Hk*Dk) | k (Hk*Dk) | v (Hv*Dv)].
+    const int64_t Hk = p.num_k_heads;
+    const double* yrow = y ? y + b * (2 * Hk * Dk + Hv * Dv) : nullptr;
     double qq = 0.0, kk = 0.0;
     for (int64_t i = 0; i < Dk; ++i) {
-      q[i] = load_element(p.q, p.qkv_dtype, q_base + i);
-      k[i] = load_element(p.k, p.qkv_dtype, k_base + i);
+      q[i] = yrow ? yrow[hk * Dk + i] : load_element(p.q, p.qkv_dtype, q_base + i);
+      k[i] = yrow ? yrow[(Hk + hk) * Dk + i] : load_element(p.k, p.qkv_dtype, k_base + i);
       qq += q[i] * q[i];
       kk += k[i] * k[i];
     }
@@ -127,7 +182,8 @@ struct HostStep {
       double acc = 0.0;
       for (int64_t i = 0; i < Dk; ++i)
         acc += load_element(p.state, p.state_dtype, in_base + i * si + j * sj) * k[i];
-      u[j] = beta * (load_element(p.v, p.qkv_dtype, v_base + j) - decay * acc);
+      const double vj = yrow ? yrow[2 * Hk * Dk + h * Dv + j] : load_element(p.v, p.qkv_dtype, v_base + j);
+      u[j] = beta * (vj - decay * acc);
     }
     const double* delta = u;
 
@@ -141,8 +197,19 @@ struct HostStep {
         acc += s_new * q[i];
         if (write_state) store_element(p.state, p.state_dtype, out_base + i * si + j * sj, s_new);
       }
-      store_element(p.o, p.o_dtype, o_base + j, scale * acc);
+      o[j] = scale * acc;
     }
+    if (p.norm_weight != nullptr) {
+      // out[j] = w[j] * o[j] * rsqrt(mean_j(o^2) + eps) * silu(z[j])
+      double ss = 0.0;
+      for (int64_t j = 0; j < Dv; ++j) ss += o[j] * o[j];
+      const double rstd = 1.0 / std::sqrt(ss / double(Dv) + double(p.norm_eps));
+      const int64_t z_base = b * p.z_batch_stride + h * p.z_head_stride;
+      for (int64_t j = 0; j < Dv; ++j)
+        o[j] = load_element(p.norm_weight, p.qkv_dtype, j) * o[j] * rstd *
+               silu(load_element(p.z, p.qkv_dtype, z_base + j));
+    }
+    for (int64_t j = 0; j < Dv; ++j) store_element(p.o, p.o_dtype, o_base + j, o[j]);
   }
 };
 
@@ -164,8 +231,21 @@ Status host_decode(const DecodeParams& p) {
     }
     if (bad) Kokkos::atomic_add(p.invalid_index_count, bad);
   }
-  HostStep step{p, double(effective_scale(p))};
   HostExec exec;
+  std::vector<double> y, window;
+  if (p.conv_width > 0) {
+    const int64_t cdim = conv_dim(p);
+    y.assign(size_t(p.batch * cdim), 0.0);
+    window.assign(size_t(p.batch * cdim * (p.conv_width - 1)), 0.0);
+    const HostConv conv{p, cdim, y.data(), window.data()};
+    Kokkos::parallel_for("gdnkit::host_conv", Kokkos::RangePolicy<HostExec>(exec, 0, p.batch), conv);
+    exec.fence();
+    Kokkos::parallel_for(
+        "gdnkit::host_conv_write", Kokkos::RangePolicy<HostExec>(exec, 0, p.batch),
+        [conv](const int64_t b) { conv.write(b); });
+    exec.fence();
+  }
+  HostStep step{p, double(effective_scale(p)), y.empty() ? nullptr : y.data()};
   Kokkos::parallel_for("gdnkit::host_decode",
                        Kokkos::RangePolicy<HostExec>(exec, 0, p.batch * p.num_v_heads), step);
   exec.fence();

@@ -50,7 +50,84 @@ gdn::DecodeParams from_c(const gdn_decode_params& c) {
   p.l2norm_eps = c.l2norm_eps;
   p.head_map = gdn::HeadMap(c.head_map);
   p.stream = c.stream;
+  p.conv_width = c.conv_width;
+  p.x = c.x;
+  p.x_batch_stride = c.x_batch_stride;
+  p.conv_state = c.conv_state;
+  p.conv_state_slot_stride = c.conv_state_slot_stride;
+  p.conv_state_channel_stride = c.conv_state_channel_stride;
+  p.conv_state_tap_stride = c.conv_state_tap_stride;
+  p.conv_weight = c.conv_weight;
+  p.conv_bias = c.conv_bias;
+  p.z = c.z;
+  p.z_batch_stride = c.z_batch_stride;
+  p.z_head_stride = c.z_head_stride;
+  p.norm_weight = c.norm_weight;
+  p.norm_eps = c.norm_eps;
+  p.programmatic_launch = c.programmatic_launch != 0;
   return p;
+}
+
+// The other way: every member of the C struct from the C++ one.
+gdn_decode_params to_c(const gdn::DecodeParams& p) {
+  gdn_decode_params c{};
+  c.batch = p.batch;
+  c.num_k_heads = p.num_k_heads;
+  c.num_v_heads = p.num_v_heads;
+  c.head_dim_k = p.head_dim_k;
+  c.head_dim_v = p.head_dim_v;
+  c.qkv_dtype = int32_t(p.qkv_dtype);
+  c.q = p.q;
+  c.q_batch_stride = p.q_batch_stride;
+  c.q_head_stride = p.q_head_stride;
+  c.k = p.k;
+  c.k_batch_stride = p.k_batch_stride;
+  c.k_head_stride = p.k_head_stride;
+  c.v = p.v;
+  c.v_batch_stride = p.v_batch_stride;
+  c.v_head_stride = p.v_head_stride;
+  c.gate = int32_t(p.gate);
+  c.ab_dtype = int32_t(p.ab_dtype);
+  c.a = p.a;
+  c.a_batch_stride = p.a_batch_stride;
+  c.b = p.b;
+  c.b_batch_stride = p.b_batch_stride;
+  c.A_log = p.A_log;
+  c.dt_bias = p.dt_bias;
+  c.layout = int32_t(p.layout);
+  c.state_dtype = int32_t(p.state_dtype);
+  c.state = p.state;
+  c.state_slot_stride = p.state_slot_stride;
+  c.num_slots = p.num_slots;
+  c.index_dtype = int32_t(p.index_dtype);
+  c.state_indices = p.state_indices;
+  c.state_out_indices = p.state_out_indices;
+  c.invalid_index_count = p.invalid_index_count;
+  c.o_dtype = int32_t(p.o_dtype);
+  c.o = p.o;
+  c.o_batch_stride = p.o_batch_stride;
+  c.o_head_stride = p.o_head_stride;
+  c.scale = p.scale;
+  c.l2norm = int32_t(p.l2norm);
+  c.l2norm_eps = p.l2norm_eps;
+  c.head_map = int32_t(p.head_map);
+  c.stream = p.stream;
+  c.conv_width = p.conv_width;
+  c.x = p.x;
+  c.x_batch_stride = p.x_batch_stride;
+  c.conv_state = p.conv_state;
+  c.conv_state_slot_stride = p.conv_state_slot_stride;
+  c.conv_state_channel_stride = p.conv_state_channel_stride;
+  c.conv_state_tap_stride = p.conv_state_tap_stride;
+  c.conv_weight = p.conv_weight;
+  c.conv_bias = p.conv_bias;
+  c.z = p.z;
+  c.z_batch_stride = p.z_batch_stride;
+  c.z_head_stride = p.z_head_stride;
+  c.norm_weight = p.norm_weight;
+  c.norm_eps = p.norm_eps;
+  c.programmatic_launch = p.programmatic_launch ? 1 : 0;
+  return c;
 }
 
 int finish(const gdn::Status& st, char* message, size_t message_size) {
@@ -64,19 +141,7 @@ extern "C" {
 
 void gdn_decode_params_init(gdn_decode_params* c) {
   if (c == nullptr) return;
-  const gdn::DecodeParams d;  // the C++ defaults are the single source of truth
-  *c = gdn_decode_params{};
-  c->qkv_dtype = int32_t(d.qkv_dtype);
-  c->gate = int32_t(d.gate);
-  c->ab_dtype = int32_t(d.ab_dtype);
-  c->layout = int32_t(d.layout);
-  c->state_dtype = int32_t(d.state_dtype);
-  c->index_dtype = int32_t(d.index_dtype);
-  c->o_dtype = int32_t(d.o_dtype);
-  c->scale = d.scale;
-  c->l2norm = int32_t(d.l2norm);
-  c->l2norm_eps = d.l2norm_eps;
-  c->head_map = int32_t(d.head_map);
+  *c = to_c(gdn::DecodeParams{});  // the C++ defaults are the single source of truth
 }
 
 int gdn_validate(const gdn_decode_params* c, char* message, size_t message_size) {

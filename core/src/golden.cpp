@@ -2,7 +2,7 @@
 //
 // The loader is liberal in what it accepts (ranks, metadata spellings, see
 // docs/golden-format.md) but strict about meaning: every size is derived from
-// one place (Hv, Dk, Dv from state and layout; B and Hk from q or mixed_qkv)
+// one place (Hv, Dk, Dv from state and layout; B and Hk from q, mixed_qkv or x)
 // and every other tensor must agree with it, so a file written with the wrong
 // layout or a transposed tensor is refused with a message, not run.
 #include <algorithm>
@@ -106,25 +106,34 @@ int64_t count_invalid(const Case& c) {
   return bad;
 }
 
-std::vector<double> widen_expected(const Tensor& t) {
-  std::vector<double> r(size_t(t.numel()));
-  if (t.dtype == "F64") {
-    std::memcpy(r.data(), t.bytes.data(), r.size() * 8);
-  } else {  // F32
-    for (size_t i = 0; i < r.size(); ++i) {
-      float f;
-      std::memcpy(&f, t.bytes.data() + 4 * i, 4);
-      r[i] = double(f);
-    }
-  }
-  return r;
-}
-
 std::vector<double> widen(const std::vector<uint8_t>& bytes, DType t) {
   std::vector<double> r(bytes.size() / dtype_size(t));
   for (size_t i = 0; i < r.size(); ++i) r[i] = load_element(bytes.data(), t, int64_t(i));
   return r;
 }
+
+// An expected tensor (F64, or F32; F16/BF16 too for expected_conv_state) as doubles.
+std::vector<double> widen_expected(const Tensor& t) {
+  std::vector<double> r(size_t(t.numel()));
+  DType dt{};
+  if (t.dtype == "F64") {
+    std::memcpy(r.data(), t.bytes.data(), r.size() * 8);
+  } else if (t.dtype == "F32") {
+    for (size_t i = 0; i < r.size(); ++i) {
+      float f;
+      std::memcpy(&f, t.bytes.data() + 4 * i, 4);
+      r[i] = double(f);
+    }
+  } else if (float_dtype(t.dtype, &dt)) {
+    r = widen(t.bytes, dt);
+  }
+  return r;
+}
+
+// The tensors format version 2 added; a file that says version 1 may not have them.
+constexpr const char* kVersion2Tensors[] = {"x",          "conv_state", "conv_weight",
+                                            "conv_bias",  "expected_conv_state", "z",
+                                            "norm_weight"};
 
 // ---- the loader ----------------------------------------------------------------
 
@@ -175,20 +184,34 @@ class Loader {
 
  private:
   bool load_metadata(DecodeParams* p, bool* layout_given);
+  // Format version 2: the conv prologue and the gated RMSNorm epilogue.
+  bool load_conv(Case* c, DecodeParams* p, const Tensor* x, int64_t num_slots);
+  bool load_norm(Case* c, DecodeParams* p, int64_t B, int64_t Hv, int64_t Dv,
+                 const std::string& dims_note);
 
   const std::string& path_;
   const SafetensorsFile& f_;
   std::string* error_;
+  int64_t format_version_{0};  // 0: not given
+  std::string qkv_name_;       // "q", "mixed_qkv" or "x": the tensor that sets qkv_dtype
+  std::string qkv_dtype_;      // its dtype, as the file spells it
 };
 
 bool Loader::load_metadata(DecodeParams* p, bool* layout_given) {
   if (const std::string* v = meta("op")) {
     if (normalize(*v) != "gdn_decode") return fail("op", quoted(*v) + " is not gdn_decode");
   }
+  format_version_ = 0;
   if (const std::string* v = meta("format_version")) {
     int64_t n = 0;
-    if (!parse_int64(*v, &n) || n != 1)
-      return fail("format_version", quoted(*v) + " is not supported (this reader knows 1)");
+    if (!parse_int64(*v, &n) || n < 1 || n > 2)
+      return fail("format_version", quoted(*v) + " is not supported (this reader knows 1 and 2)");
+    format_version_ = n;
+    if (n == 1) {
+      for (const char* name : kVersion2Tensors)
+        if (tensor(name) != nullptr)
+          return fail(name, "a format_version 2 tensor, but the file says format_version \"1\"");
+    }
   }
   *layout_given = false;
   if (const std::string* v = meta("layout")) {
@@ -269,23 +292,30 @@ bool Loader::load(Case* c) {
                                    "] (the pool in state has " + std::to_string(S) + " slots)");
   }
 
-  // ---- q, k, v or mixed_qkv: B and Hk
+  // ---- q, k, v, mixed_qkv or x (the conv prologue's input): B and Hk
+  const Tensor* x = tensor("x");
   const Tensor* mixed = tensor("mixed_qkv");
   const Tensor* q = tensor("q");
   int64_t B = 0, Hk = 0;
-  if (mixed != nullptr) {
-    if (q || tensor("k") || tensor("v"))
+  if (x != nullptr && (mixed || q || tensor("k") || tensor("v")))
+    return fail("x", std::string("given together with ") + (mixed ? "mixed_qkv" : "q/k/v") +
+                         "; a conv case takes its q|k|v row from x");
+  // A packed row, mixed_qkv or x: [B, 2*Hk*Dk + Hv*Dv] (only B and the element count matter).
+  const Tensor* packed = x != nullptr ? x : mixed;
+  if (packed != nullptr) {
+    const char* name = x != nullptr ? "x" : "mixed_qkv";
+    if (mixed && (q || tensor("k") || tensor("v")))
       return fail("mixed_qkv", "given together with q/k/v; a case has one or the other");
-    if (!need_float("mixed_qkv", &mixed, &p.qkv_dtype)) return false;
-    if (mixed->shape.size() < 2 || mixed->shape[0] < 1)
-      return fail("mixed_qkv", "shape " + shape_string(mixed->shape) +
-                                   " is not [B, 2*Hk*Dk + Hv*Dv] with B >= 1");
-    B = mixed->shape[0];
-    const int64_t width = mixed->numel() / B;
+    if (!need_float(name, &packed, &p.qkv_dtype)) return false;
+    if (packed->shape.size() < 2 || packed->shape[0] < 1)
+      return fail(name, "shape " + shape_string(packed->shape) +
+                            " is not [B, 2*Hk*Dk + Hv*Dv] with B >= 1");
+    B = packed->shape[0];
+    const int64_t width = packed->numel() / B;
     const int64_t qk = width - Hv * Dv;
-    if (mixed->numel() % B != 0 || qk <= 0 || qk % (2 * Dk) != 0)
-      return fail("mixed_qkv", "shape " + shape_string(mixed->shape) +
-                                   " is not [B, 2*Hk*Dk + Hv*Dv]" + dims_note);
+    if (packed->numel() % B != 0 || qk <= 0 || qk % (2 * Dk) != 0)
+      return fail(name, "shape " + shape_string(packed->shape) +
+                            " is not [B, 2*Hk*Dk + Hv*Dv]" + dims_note);
     Hk = qk / (2 * Dk);
   } else {
     if (!need_float("q", &q, &p.qkv_dtype)) return false;
@@ -297,12 +327,12 @@ bool Loader::load(Case* c) {
     Hk = q->numel() / (B * Dk);
   }
   if (Hv % Hk != 0)
-    return fail(mixed ? "mixed_qkv" : "q", "Hk=" + std::to_string(Hk) + " does not divide Hv=" +
+    return fail(x ? "x" : mixed ? "mixed_qkv" : "q", "Hk=" + std::to_string(Hk) + " does not divide Hv=" +
                                               std::to_string(Hv) + dims_note);
-  auto tuple = [](int64_t x, int64_t y, int64_t z) {
-    return "(" + std::to_string(x) + ", " + std::to_string(y) + ", " + std::to_string(z) + ")";
+  auto tuple = [](int64_t d0, int64_t d1, int64_t d2) {
+    return "(" + std::to_string(d0) + ", " + std::to_string(d1) + ", " + std::to_string(d2) + ")";
   };
-  if (!mixed) {
+  if (!packed) {
     if (!check_rows("q", *q, B, Hk * Dk, Dk, "(B, Hk, Dk) = " + tuple(B, Hk, Dk) + dims_note))
       return false;
     const Tensor* k = nullptr;
@@ -317,7 +347,7 @@ bool Loader::load(Case* c) {
     c->q = q->bytes;
     c->k = k->bytes;
     c->v = v->bytes;
-  } else {
+  } else if (mixed) {
     c->mixed_qkv = mixed->bytes;
   }
 
@@ -402,7 +432,20 @@ bool Loader::load(Case* c) {
   p.head_dim_k = int32_t(Dk);
   p.head_dim_v = int32_t(Dv);
   p.num_slots = num_slots;
-  set_dense_strides(p);
+
+  // ---- format version 2: conv prologue (sets conv_width) and gated RMSNorm
+  qkv_name_ = x ? "x" : mixed ? "mixed_qkv" : "q";
+  qkv_dtype_ = tensor(qkv_name_.c_str())->dtype;
+  if (!load_conv(c, &p, x, num_slots)) return false;
+  if (!load_norm(c, &p, B, Hv, Dv, dims_note)) return false;
+
+  set_dense_strides(p);  // conv state: (S, conv_dim, W-1) when conv_width is set
+  if (p.conv_width > 0 && c->conv_tap_major) {
+    const int64_t cdim = conv_dim(p);
+    p.conv_state_channel_stride = 1;
+    p.conv_state_tap_stride = cdim;
+    p.conv_state_slot_stride = cdim * (p.conv_width - 1);
+  }
   c->params = p;
   c->packed_qkv = mixed != nullptr;
 
@@ -420,6 +463,122 @@ bool Loader::load(Case* c) {
                       std::to_string(invalid) + " >= num_slots=" + std::to_string(num_slots));
     c->expected_invalid_indices = n;
   }
+  return true;
+}
+
+bool Loader::load_conv(Case* c, DecodeParams* p, const Tensor* x, int64_t num_slots) {
+  int64_t W = 0;
+  const std::string* wv = meta("conv_width");
+  if (wv != nullptr && (!parse_int64(*wv, &W) || (W != 0 && (W < 2 || W > 4))))
+    return fail("conv_width", quoted(*wv) + " is not 2, 3 or 4 (or 0: no conv prologue)");
+  bool tap_major = false;
+  if (const std::string* v = meta("conv_state_layout")) {
+    const std::string s = normalize(*v);
+    if (s == "channel_major") tap_major = false;
+    else if (s == "tap_major") tap_major = true;
+    else return fail("conv_state_layout", "unknown value " + quoted(*v) + " (channel_major or tap_major)");
+  }
+  if (x == nullptr) {
+    if (W != 0)
+      return fail("conv_width", quoted(*wv) + " but the case has no x (the conv prologue's input)");
+    for (const char* name : {"conv_state", "conv_weight", "conv_bias", "expected_conv_state"})
+      if (tensor(name) != nullptr)
+        return fail(name, "given without x (a conv case has x instead of q/k/v or mixed_qkv)");
+    return true;
+  }
+  if (wv == nullptr || W == 0)
+    return fail("conv_width", wv ? quoted(*wv) + " but the case has x: a conv case needs 2, 3 or 4"
+                                 : "missing (2, 3 or 4): needed with x");
+
+  // conv_dim from the sizes already known (x's width was checked against them).
+  const int64_t cdim = 2 * int64_t(p->num_k_heads) * p->head_dim_k +
+                       int64_t(p->num_v_heads) * p->head_dim_v;
+  const std::string dim_note = " (conv_dim = 2*Hk*Dk + Hv*Dv = " + std::to_string(cdim) +
+                               ", W from conv_width=" + std::to_string(W) + ")";
+  // conv_weight (conv_dim, W), or torch's depthwise Conv1d shape (conv_dim, 1, W)
+  const Tensor* w = nullptr;
+  DType dt{};
+  if (!need_float("conv_weight", &w, &dt)) return false;
+  if (dt != p->qkv_dtype)
+    return fail("conv_weight", "dtype " + w->dtype + " differs from x's " + qkv_dtype_);
+  if (w->shape.size() < 2 || w->shape[0] != cdim || w->shape.back() != W || w->numel() != cdim * W)
+    return fail("conv_weight", "shape " + shape_string(w->shape) + " is not [conv_dim, W] = [" +
+                                   std::to_string(cdim) + ", " + std::to_string(W) + "]" + dim_note);
+  c->conv_weight = w->bytes;
+  // conv_bias (conv_dim), optional
+  if (const Tensor* bias = tensor("conv_bias")) {
+    if (!need_float("conv_bias", &bias, &dt)) return false;
+    if (dt != p->qkv_dtype)
+      return fail("conv_bias", "dtype " + bias->dtype + " differs from x's " + qkv_dtype_);
+    if (bias->shape.empty() || bias->shape.back() != cdim || bias->numel() != cdim)
+      return fail("conv_bias", "shape " + shape_string(bias->shape) + " is not [conv_dim] = [" +
+                                   std::to_string(cdim) + "]" + dim_note);
+    c->conv_bias = bias->bytes;
+  }
+  // conv_state: the pool, (S, conv_dim, W-1) channel-major or (S, W-1, conv_dim) tap-major
+  const Tensor* cs = nullptr;
+  if (!need_float("conv_state", &cs, &dt)) return false;
+  if (dt != p->qkv_dtype)
+    return fail("conv_state", "dtype " + cs->dtype + " differs from x's " + qkv_dtype_);
+  const std::string want =
+      tap_major ? "[num_slots, W-1, conv_dim] = [S, " + std::to_string(W - 1) + ", " + std::to_string(cdim) + "]"
+                : "[num_slots, conv_dim, W-1] = [S, " + std::to_string(cdim) + ", " + std::to_string(W - 1) + "]";
+  const char* lay = tap_major ? " (conv_state_layout tap_major)" : " (conv_state_layout channel_major)";
+  if (cs->shape.size() != 3 || cs->shape[1] != (tap_major ? W - 1 : cdim) ||
+      cs->shape[2] != (tap_major ? cdim : W - 1))
+    return fail("conv_state", "shape " + shape_string(cs->shape) + " is not " + want + lay + dim_note);
+  if (cs->shape[0] < num_slots)
+    return fail("conv_state", "shape " + shape_string(cs->shape) + " has fewer slots than num_slots=" +
+                                  std::to_string(num_slots));
+  c->conv_state = cs->bytes;
+  // expected_conv_state: the whole conv pool after the step
+  const Tensor* ecs = tensor("expected_conv_state");
+  if (ecs == nullptr) return fail("expected_conv_state", "missing tensor (needed with x)");
+  if (ecs->dtype != "F64" && ecs->dtype != "F32" && ecs->dtype != cs->dtype)
+    return fail("expected_conv_state", "dtype " + ecs->dtype + " is not supported (F64, F32, or " +
+                                           cs->dtype + " as conv_state)");
+  if (ecs->numel() != cs->numel() || ecs->shape.empty() || ecs->shape[0] != cs->shape[0] ||
+      (ecs->shape.size() == 3 && ecs->shape != cs->shape))
+    return fail("expected_conv_state", "shape " + shape_string(ecs->shape) +
+                                           " is not conv_state's shape " + shape_string(cs->shape));
+  c->expected_conv_state = widen_expected(*ecs);
+  c->x = x->bytes;
+  c->conv_tap_major = tap_major;
+  p->conv_width = int32_t(W);
+  return true;
+}
+
+bool Loader::load_norm(Case* c, DecodeParams* p, int64_t B, int64_t Hv, int64_t Dv,
+                       const std::string& dims_note) {
+  if (const std::string* v = meta("norm_eps")) {
+    double eps = 0;
+    if (!parse_real(*v, &eps) || eps < 0)
+      return fail("norm_eps", quoted(*v) + " is not a finite number >= 0");
+    p->norm_eps = float(eps);
+  }
+  const Tensor* w = tensor("norm_weight");
+  const Tensor* z = tensor("z");
+  if (w == nullptr) {
+    if (z != nullptr) return fail("z", "given without norm_weight (the gated RMSNorm needs both)");
+    return true;
+  }
+  if (z == nullptr) return fail("z", "missing tensor (needed by norm_weight)");
+  DType dt{};
+  if (!need_float("norm_weight", &w, &dt)) return false;
+  if (dt != p->qkv_dtype)
+    return fail("norm_weight", "dtype " + w->dtype + " differs from " + qkv_name_ + "'s " + qkv_dtype_);
+  if (w->shape.empty() || w->shape.back() != Dv || w->numel() != Dv)
+    return fail("norm_weight", "shape " + shape_string(w->shape) + " is not [Dv] = [" +
+                                   std::to_string(Dv) + "]" + dims_note);
+  if (!need_float("z", &z, &dt)) return false;
+  if (dt != p->qkv_dtype)
+    return fail("z", "dtype " + z->dtype + " differs from " + qkv_name_ + "'s " + qkv_dtype_);
+  if (!check_rows("z", *z, B, Hv * Dv, Dv,
+                  "(B, Hv, Dv) = (" + std::to_string(B) + ", " + std::to_string(Hv) + ", " +
+                      std::to_string(Dv) + ")" + dims_note))
+    return false;
+  c->norm_weight = w->bytes;
+  c->z = z->bytes;
   return true;
 }
 
@@ -470,7 +629,7 @@ std::string describe(const Case& c) {
   std::ostringstream s;
   s << "B=" << p.batch << " Hk=" << p.num_k_heads << " Hv=" << p.num_v_heads
     << " Dk=" << p.head_dim_k << " Dv=" << p.head_dim_v << " qkv=" << to_string(p.qkv_dtype)
-    << (c.packed_qkv ? "(packed)" : "") << " ab=" << to_string(p.ab_dtype)
+    << (c.packed_qkv ? "(packed)" : p.conv_width > 0 ? "(x)" : "") << " ab=" << to_string(p.ab_dtype)
     << " o=" << to_string(p.o_dtype) << " state=" << to_string(p.state_dtype) << "/"
     << to_string(p.layout) << " slots=" << p.num_slots;
   if (p.index_dtype != IndexType::kNone)
@@ -479,6 +638,13 @@ std::string describe(const Case& c) {
   if (p.l2norm != L2Norm::kNone && p.l2norm_eps != 1e-6f) s << "(eps=" << p.l2norm_eps << ")";
   s << " head_map=" << to_string(p.head_map);
   if (p.scale != 0.0f) s << " scale=" << p.scale;
+  if (p.conv_width > 0)
+    s << " conv=W" << p.conv_width << "/" << (c.conv_tap_major ? "tap_major" : "channel_major")
+      << (c.conv_bias.empty() ? "" : "+bias");
+  if (!c.norm_weight.empty()) {
+    s << " norm";
+    if (p.norm_eps != 1e-6f) s << "(eps=" << p.norm_eps << ")";
+  }
   return s.str();
 }
 
@@ -501,8 +667,9 @@ CaseReport run_impl(const Case& c, Backend backend) {
     return r;
   }
   if (int64_t(c.expected_o.size()) != o_count ||
-      c.expected_state.size() * dtype_size(cp.state_dtype) != c.state.size()) {
-    r.error = "case: expected_o / expected_state sizes do not match the parameters";
+      c.expected_state.size() * dtype_size(cp.state_dtype) != c.state.size() ||
+      c.expected_conv_state.size() * dtype_size(cp.qkv_dtype) != c.conv_state.size()) {
+    r.error = "case: expected_o / expected_state / expected_conv_state sizes do not match the parameters";
     return r;
   }
 
@@ -513,7 +680,18 @@ CaseReport run_impl(const Case& c, Backend backend) {
     if (vec.empty()) return nullptr;
     return dev.upload(name, vec.data(), vec.size() * sizeof(vec[0]), &err);
   };
-  if (c.packed_qkv) {
+  if (p.conv_width > 0) {
+    // q, k, v come out of the conv prologue: the pointers stay null.
+    if (c.x.empty() || c.conv_weight.empty() || c.conv_state.empty()) {
+      err = "case: conv_width is set but x, conv_weight or conv_state is empty";
+      return r;
+    }
+    if (!(p.x = up("x", c.x)) || !(p.conv_weight = up("conv_weight", c.conv_weight)) ||
+        !(p.conv_state = up("conv_state", c.conv_state)))
+      return r;
+    p.conv_bias = up("conv_bias", c.conv_bias);
+    if (!err.empty()) return r;
+  } else if (c.packed_qkv) {
     void* m = up("mixed_qkv", c.mixed_qkv);
     if (!m) return r;
     const int64_t row = 2 * int64_t(p.num_k_heads) * p.head_dim_k +
@@ -523,6 +701,13 @@ CaseReport run_impl(const Case& c, Backend backend) {
     if (!(p.q = up("q", c.q)) || !(p.k = up("k", c.k)) || !(p.v = up("v", c.v))) return r;
   }
   if (!(p.a = up("a", c.a)) || !(p.b = up("b", c.b))) return r;
+  if (!c.norm_weight.empty()) {
+    if (c.z.empty()) {
+      err = "case: norm_weight is set but z is empty";
+      return r;
+    }
+    if (!(p.z = up("z", c.z)) || !(p.norm_weight = up("norm_weight", c.norm_weight))) return r;
+  }
   p.A_log = static_cast<const float*>(up("A_log", c.A_log));
   p.dt_bias = static_cast<const float*>(up("dt_bias", c.dt_bias));
   if (!err.empty()) return r;
@@ -558,6 +743,10 @@ CaseReport run_impl(const Case& c, Backend backend) {
       !dev.download("state", state_host.data(), p.state, state_host.size(), &err) ||
       !dev.download("invalid_index_count", &r.invalid_reported, p.invalid_index_count, 4, &err))
     return r;
+  std::vector<uint8_t> conv_host(c.conv_state.size());
+  if (p.conv_width > 0 &&
+      !dev.download("conv_state", conv_host.data(), p.conv_state, conv_host.size(), &err))
+    return r;
 
   // ---- compare
   const std::vector<double> o_got = widen(o_host, p.o_dtype);
@@ -576,13 +765,22 @@ CaseReport run_impl(const Case& c, Backend backend) {
   const std::vector<double> state_got = widen(state_host, p.state_dtype);
   r.state = compare(state_got, c.expected_state, state_tolerance(p.state_dtype), &state_in);
 
+  // The conv state is pure data movement: every element bitwise as expected
+  // (tolerance 0, and each element held to the exact rule).
+  if (p.conv_width > 0) {
+    r.has_conv_state = true;
+    r.conv_state = compare(widen(conv_host, p.qkv_dtype), c.expected_conv_state, 0.0,
+                           &c.expected_conv_state);
+  }
+
   const int64_t want_invalid =
       c.expected_invalid_indices >= 0 ? c.expected_invalid_indices : count_invalid(c);
   bool invalid_ok = int64_t(r.invalid_reported) == want_invalid;
   if (!invalid_ok)
     err = "invalid_index_count: backend reported " + std::to_string(r.invalid_reported) +
           ", the case has " + std::to_string(want_invalid) + " out-of-range indices";
-  r.pass = r.o.pass && r.state.pass && invalid_ok && err.empty();
+  r.pass = r.o.pass && r.state.pass && (!r.has_conv_state || r.conv_state.pass) && invalid_ok &&
+           err.empty();
   return r;
 }
 

@@ -108,6 +108,19 @@ void set_dense_strides(DecodeParams& p) {
   p.v_batch_stride = p.o_batch_stride = int64_t(p.num_v_heads) * p.head_dim_v;
   p.a_batch_stride = p.b_batch_stride = p.num_v_heads;
   p.state_slot_stride = int64_t(p.num_v_heads) * p.head_dim_k * p.head_dim_v;
+  p.z_head_stride = p.head_dim_v;
+  p.z_batch_stride = int64_t(p.num_v_heads) * p.head_dim_v;
+  p.x_batch_stride = conv_dim(p);
+  if (p.conv_width > 1) {
+    // [slot, conv_dim, W-1]: a channel's taps contiguous, oldest first
+    p.conv_state_tap_stride = 1;
+    p.conv_state_channel_stride = p.conv_width - 1;
+    p.conv_state_slot_stride = conv_dim(p) * (p.conv_width - 1);
+  }
+}
+
+int64_t conv_dim(const DecodeParams& p) {
+  return 2 * int64_t(p.num_k_heads) * p.head_dim_k + int64_t(p.num_v_heads) * p.head_dim_v;
 }
 
 const char* version() { return GDNKIT_VERSION_STRING; }

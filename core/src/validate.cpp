@@ -130,14 +130,43 @@ Status validate(const DecodeParams& p) {
   if (!std::isfinite(p.l2norm_eps) || p.l2norm_eps < 0.0f)
     GDN_REFUSE("l2norm_eps: must be finite and >= 0, got %g", double(p.l2norm_eps));
 
+  // ---- the optional prologue and epilogue
+  const bool conv = p.conv_width != 0;
+  const bool norm = p.norm_weight != nullptr;
+  if (conv && (p.conv_width < 2 || p.conv_width > 4))
+    GDN_REFUSE("conv_width: must be 0 (no conv prologue), 2, 3 or 4, got %d", p.conv_width);
+  if (!std::isfinite(p.norm_eps) || p.norm_eps < 0.0f)
+    GDN_REFUSE("norm_eps: must be finite and >= 0, got %g", double(p.norm_eps));
+
   // ---- pointers: present and aligned to their element
   const size_t qkv_elem = dtype_size(p.qkv_dtype);
   const size_t ab_elem = dtype_size(p.ab_dtype);
   const size_t o_elem = dtype_size(p.o_dtype);
   const size_t s_elem = dtype_size(p.state_dtype);
-  GDN_CHECK(check_pointer("q", p.q, qkv_elem));
-  GDN_CHECK(check_pointer("k", p.k, qkv_elem));
-  GDN_CHECK(check_pointer("v", p.v, qkv_elem));
+  if (conv) {
+    // q, k and v are the conv output of x: a pointer given anyway is a mix-up.
+    if (p.q != nullptr) GDN_REFUSE("q: must be null when conv_width is set (q, k, v come from x)");
+    if (p.k != nullptr) GDN_REFUSE("k: must be null when conv_width is set (q, k, v come from x)");
+    if (p.v != nullptr) GDN_REFUSE("v: must be null when conv_width is set (q, k, v come from x)");
+    GDN_CHECK(check_pointer("x", p.x, qkv_elem));
+    GDN_CHECK(check_pointer("conv_state", p.conv_state, qkv_elem));
+    GDN_CHECK(check_pointer("conv_weight", p.conv_weight, qkv_elem));
+    if (p.conv_bias != nullptr) GDN_CHECK(check_pointer("conv_bias", p.conv_bias, qkv_elem));
+  } else {
+    GDN_CHECK(check_pointer("q", p.q, qkv_elem));
+    GDN_CHECK(check_pointer("k", p.k, qkv_elem));
+    GDN_CHECK(check_pointer("v", p.v, qkv_elem));
+    if (p.x != nullptr) GDN_REFUSE("x: given, but conv_width is 0 (no conv prologue)");
+    if (p.conv_state != nullptr) GDN_REFUSE("conv_state: given, but conv_width is 0 (no conv prologue)");
+    if (p.conv_weight != nullptr) GDN_REFUSE("conv_weight: given, but conv_width is 0 (no conv prologue)");
+    if (p.conv_bias != nullptr) GDN_REFUSE("conv_bias: given, but conv_width is 0 (no conv prologue)");
+  }
+  if (norm) {
+    GDN_CHECK(check_pointer("norm_weight", p.norm_weight, qkv_elem));
+    GDN_CHECK(check_pointer("z", p.z, qkv_elem));
+  } else if (p.z != nullptr) {
+    GDN_REFUSE("z: given, but norm_weight is null (no gated RMSNorm)");
+  }
   GDN_CHECK(check_pointer("a", p.a, ab_elem));
   GDN_CHECK(check_pointer("b", p.b, ab_elem));
   if (p.gate == Gate::kRaw) {
@@ -167,9 +196,15 @@ Status validate(const DecodeParams& p) {
   // ---- strides
   const int64_t B = p.batch, Hk = p.num_k_heads, Hv = p.num_v_heads;
   const int64_t Dk = p.head_dim_k, Dv = p.head_dim_v;
-  GDN_CHECK(check_strides("q", B, Hk, Dk, p.q_batch_stride, p.q_head_stride, "Dk"));
-  GDN_CHECK(check_strides("k", B, Hk, Dk, p.k_batch_stride, p.k_head_stride, "Dk"));
-  GDN_CHECK(check_strides("v", B, Hv, Dv, p.v_batch_stride, p.v_head_stride, "Dv"));
+  const int64_t cdim = conv_dim(p);
+  if (conv) {
+    GDN_CHECK(check_strides("x", B, 1, cdim, p.x_batch_stride, 0, "conv_dim"));
+  } else {
+    GDN_CHECK(check_strides("q", B, Hk, Dk, p.q_batch_stride, p.q_head_stride, "Dk"));
+    GDN_CHECK(check_strides("k", B, Hk, Dk, p.k_batch_stride, p.k_head_stride, "Dk"));
+    GDN_CHECK(check_strides("v", B, Hv, Dv, p.v_batch_stride, p.v_head_stride, "Dv"));
+  }
+  if (norm) GDN_CHECK(check_strides("z", B, Hv, Dv, p.z_batch_stride, p.z_head_stride, "Dv"));
   GDN_CHECK(check_strides("a", B, 1, Hv, p.a_batch_stride, 0, "Hv"));
   GDN_CHECK(check_strides("b", B, 1, Hv, p.b_batch_stride, 0, "Hv"));
   GDN_CHECK(check_strides("o", B, Hv, Dv, p.o_batch_stride, p.o_head_stride, "Dv"));
@@ -189,6 +224,34 @@ Status validate(const DecodeParams& p) {
     GDN_REFUSE("state_slot_stride: %lld x num_slots=%lld reaches beyond the 2^60 element limit",
                (long long)p.state_slot_stride, (long long)p.num_slots);
 
+  // ---- conv state pool: [slot, conv_dim, W-1] (tap stride 1) or [slot, W-1,
+  // conv_dim] (channel stride 1); `conv_span` elements a slot.
+  int64_t conv_span = 0;
+  if (conv) {
+    const int64_t taps = p.conv_width - 1;
+    const int64_t cs = p.conv_state_channel_stride, ts = p.conv_state_tap_stride;
+    // Bounded first, so the span below cannot overflow.
+    if (cs > kMaxElements / cdim || ts > kMaxElements / 4)
+      GDN_REFUSE("conv_state: strides reach beyond the 2^60 element limit");
+    if (ts == 1 && cs >= taps) {
+      conv_span = (cdim - 1) * cs + taps;
+    } else if (cs == 1 && (ts >= cdim || taps == 1)) {
+      conv_span = (taps - 1) * ts + cdim;
+    } else {
+      GDN_REFUSE("conv_state: channel stride %lld and tap stride %lld overlap (need tap stride 1 and "
+                 "channel stride >= W-1=%lld, or channel stride 1 and tap stride >= conv_dim=%lld)",
+                 (long long)cs, (long long)ts, (long long)taps, (long long)cdim);
+    }
+    if (p.conv_state_slot_stride < 0)
+      GDN_REFUSE("conv_state_slot_stride: must be >= 0, got %lld", (long long)p.conv_state_slot_stride);
+    if (p.num_slots > 1 && p.conv_state_slot_stride < conv_span)
+      GDN_REFUSE("conv_state_slot_stride: %lld is smaller than one slot's %lld elements",
+                 (long long)p.conv_state_slot_stride, (long long)conv_span);
+    if (p.conv_state_slot_stride > kMaxElements / p.num_slots)
+      GDN_REFUSE("conv_state_slot_stride: %lld x num_slots=%lld reaches beyond the 2^60 element limit",
+                 (long long)p.conv_state_slot_stride, (long long)p.num_slots);
+  }
+
   // ---- aliasing: what is written must not overlap anything else
   const Extent qx = extent_of("q", p.q, B, Hk, Dk, p.q_batch_stride, p.q_head_stride, qkv_elem);
   const Extent kx = extent_of("k", p.k, B, Hk, Dk, p.k_batch_stride, p.k_head_stride, qkv_elem);
@@ -206,14 +269,24 @@ Status validate(const DecodeParams& p) {
   const Extent ox = extent_of("o", p.o, B, Hv, Dv, p.o_batch_stride, p.o_head_stride, o_elem);
   const Extent cx = extent_of("invalid_index_count", p.invalid_index_count, 1, 1, 1, 0, 0, 4);
 
-  const Extent inputs[] = {qx, kx, vx, ax, bx, Ax, dx, ix, jx};
-  const Extent written[] = {sx, ox, cx};
-  for (size_t w = 0; w < 3; ++w) {
+  const Extent xx = extent_of("x", conv ? p.x : nullptr, B, 1, cdim, p.x_batch_stride, 0, qkv_elem);
+  const Extent wx = extent_of("conv_weight", conv ? p.conv_weight : nullptr, 1, 1, cdim * p.conv_width, 0, 0,
+                              qkv_elem);
+  const Extent bbx = extent_of("conv_bias", conv ? p.conv_bias : nullptr, 1, 1, cdim, 0, 0, qkv_elem);
+  const Extent zx = extent_of("z", norm ? p.z : nullptr, B, Hv, Dv, p.z_batch_stride, p.z_head_stride, qkv_elem);
+  const Extent nx = extent_of("norm_weight", p.norm_weight, 1, 1, Dv, 0, 0, qkv_elem);
+  const Extent csx = extent_of("conv_state", conv ? p.conv_state : nullptr, p.num_slots, 1, conv_span,
+                               p.conv_state_slot_stride, 0, qkv_elem);
+
+  const Extent inputs[] = {qx, kx, vx, ax, bx, Ax, dx, ix, jx, xx, wx, bbx, zx, nx};
+  const Extent written[] = {sx, ox, cx, csx};
+  constexpr size_t kWritten = sizeof(written) / sizeof(written[0]);
+  for (size_t w = 0; w < kWritten; ++w) {
     for (const Extent& in : inputs)
       if (overlaps(written[w], in))
         GDN_REFUSE("%s: memory overlaps input %s (outputs must not alias inputs)", written[w].name,
                    in.name);
-    for (size_t w2 = w + 1; w2 < 3; ++w2)
+    for (size_t w2 = w + 1; w2 < kWritten; ++w2)
       if (overlaps(written[w], written[w2]))
         GDN_REFUSE("%s: memory overlaps %s", written[w].name, written[w2].name);
   }

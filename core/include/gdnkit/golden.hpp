@@ -39,18 +39,34 @@ bool write_safetensors(const std::string& path, const SafetensorsFile& file, std
 // widened to double. `params` holds sizes, dtypes, conventions and strides for
 // dense host buffers; its pointers are left null: run_case() points them at
 // the backend's copies.
+//
+// Format version 2 adds two optional stages (params.conv_width > 0: the conv1d
+// prologue, x instead of q/k/v; norm_weight present: the gated RMSNorm
+// epilogue). Their inputs are in params.qkv_dtype; the conv state pool is kept
+// as stored (channel-major (S, conv_dim, W-1) or tap-major (S, W-1, conv_dim)),
+// and params' conv_state_* strides describe that layout.
 struct Case {
   std::string path;
   DecodeParams params;
   bool packed_qkv{false};             // the file had mixed_qkv rather than q, k, v
   std::vector<uint8_t> q, k, v;       // when !packed_qkv, dense (B, Hk, Dk) / (B, Hv, Dv)
   std::vector<uint8_t> mixed_qkv;     // when packed_qkv, (B, 2*Hk*Dk + Hv*Dv)
+  // conv prologue (params.conv_width > 0; q, k, v and mixed_qkv are then empty)
+  std::vector<uint8_t> x;             // (B, conv_dim)
+  std::vector<uint8_t> conv_state;    // the whole conv pool, as stored
+  std::vector<uint8_t> conv_weight;   // (conv_dim, W)
+  std::vector<uint8_t> conv_bias;     // (conv_dim), may be empty
+  bool conv_tap_major{false};         // conv_state is (S, W-1, conv_dim) rather than (S, conv_dim, W-1)
+  // gated RMSNorm epilogue (both empty when the case has none)
+  std::vector<uint8_t> z;             // (B, Hv, Dv)
+  std::vector<uint8_t> norm_weight;   // (Dv)
   std::vector<uint8_t> a, b;          // (B, Hv) in params.ab_dtype
   std::vector<float> A_log, dt_bias;  // (Hv); empty when the gate is precomputed and absent
   std::vector<uint8_t> state;         // (num_slots, Hv, Dk, Dv) or (.., Dv, Dk), params.state_dtype
   std::vector<uint8_t> state_indices, state_out_indices;  // (B) in params.index_dtype, may be empty
   std::vector<double> expected_o;      // (B, Hv, Dv)
   std::vector<double> expected_state;  // same element count as state
+  std::vector<double> expected_conv_state;  // same element count as conv_state (conv cases only)
   int64_t expected_invalid_indices{-1};  // from metadata "invalid_indices" when present, else -1
 };
 
@@ -86,6 +102,11 @@ struct CaseReport {
   bool pass{false};
   std::string error;  // load, validation or backend failure; empty otherwise
   Comparison o, state;
+  // The conv state pool after the step (conv cases only): pure data movement,
+  // so every element must match bitwise (tolerance 0; exact_mismatches counts
+  // the elements that differ).
+  bool has_conv_state{false};
+  Comparison conv_state;
   uint32_t invalid_reported{0};  // out-of-range indices the backend counted
   std::string notes;             // what the case exercised, for the printed line
 };

@@ -78,8 +78,47 @@ struct DecodeParams {
   float l2norm_eps{1e-6f};
   HeadMap head_map{HeadMap::kInterleaved};
 
+  // ---- conv1d prologue (optional; on when conv_width > 0) ------------------
+  // causal_conv1d_update on the raw projected row x[b] (conv_dim = 2*Hk*Dk +
+  // Hv*Dv channels, the q|k|v order of the packed row), per channel c:
+  //   window[c] = (conv_state[s_in, c, 0 .. W-2], x[b, c])        oldest first
+  //   y[c]      = silu(sum_{j<W} conv_weight[c, j] * window[c, j] + conv_bias[c])
+  //   conv_state[s_out, c, 0 .. W-2] = window[c, 1 .. W-1]         (shift in x)
+  // and y is the packed q|k|v row of the step (q, k, v must then be null; y
+  // is never stored). Same slots as the state pool: a padding row touches
+  // neither pool, a negative write index writes neither. x, the conv state,
+  // weight and bias are in qkv_dtype (the model's dtype, as engines keep them).
+  int32_t conv_width{0};                  // W: 2, 3 or 4; 0 = no prologue
+  void const* x{nullptr};                 // (B, conv_dim)
+  int64_t x_batch_stride{0};
+  void* conv_state{nullptr};              // pool: (num_slots, conv_dim, W-1) by default
+  int64_t conv_state_slot_stride{0};      // >= the span of one slot
+  int64_t conv_state_channel_stride{0};   // W-1 for [slot, conv_dim, W-1]; 1 for [slot, W-1, conv_dim]
+  int64_t conv_state_tap_stride{0};       // 1, or >= conv_dim for [slot, W-1, conv_dim]
+  void const* conv_weight{nullptr};       // (conv_dim, W), contiguous
+  void const* conv_bias{nullptr};         // (conv_dim), optional
+
+  // ---- gated RMSNorm epilogue (optional; on when norm_weight != nullptr) ----
+  // Qwen3-Next's RMSNormGated over each v-head's Dv outputs, in fp32, before
+  // the output is rounded to o_dtype:
+  //   o[b, h, j] = norm_weight[j] * o[j] * rsqrt(mean_j(o^2) + norm_eps) * silu(z[b, h, j])
+  // z and norm_weight are in qkv_dtype. A padding row's output stays zero.
+  void const* z{nullptr};                 // (B, Hv, Dv)
+  int64_t z_batch_stride{0};
+  int64_t z_head_stride{0};
+  void const* norm_weight{nullptr};       // (Dv)
+  float norm_eps{1e-6f};
+
   // ---- execution -----------------------------------------------------------
   void* stream{nullptr};  // cudaStream_t / hipStream_t; ignored by the host backend
+  // Programmatic dependent launch (CUDA sm_90): the kernel may start while the
+  // previous kernel on the stream is still running; it reads the index arrays
+  // and issues its first state loads, then waits for that kernel
+  // (griddepcontrol.wait) before reading x/q/k/v, a/b, z and the conv state.
+  // The caller promises that the previous kernel writes neither the state
+  // pool nor the index arrays. Ignored where the GPU lacks it (sm_80, AMD)
+  // and by the host backend.
+  bool programmatic_launch{false};
 };
 
 // Largest head dim any backend accepts; head dims are multiples of kHeadDimAlign.
@@ -94,8 +133,13 @@ float effective_scale(const DecodeParams& p);
 // Sizes and qkv_dtype must be set first.
 void set_packed_qkv(DecodeParams& p, void const* mixed_qkv, int64_t row_stride);
 
+// Channels of the conv prologue's packed row: 2*Hk*Dk + Hv*Dv.
+int64_t conv_dim(const DecodeParams& p);
+
 // Fill every stride for dense, contiguous tensors from the sizes
-// (q, k: (B, Hk, Dk); v, o: (B, Hv, Dv); a, b: (B, Hv); pool: Hv*Dk*Dv per slot).
+// (q, k: (B, Hk, Dk); v, o, z: (B, Hv, Dv); a, b: (B, Hv); pool: Hv*Dk*Dv per
+// slot; x: (B, conv_dim); conv state (num_slots, conv_dim, W-1) when
+// conv_width is set).
 void set_dense_strides(DecodeParams& p);
 
 }  // namespace gdn

@@ -1,0 +1,238 @@
+// GPU benchmark of the fused middle of a GDN layer (issue 5): conv1d update
+// + decode step + gated RMSNorm in one launch, against
+//   - the step alone (the same call without the prologue and epilogue), and
+//   - the same three stages as separate kernels: our conv kernel, our step,
+//     our norm kernel (separate_stages.cuh);
+// and programmatic dependent launch (PDL): a CUDA graph of an upstream
+// stand-in kernel (the B = 1 input projection's weight bytes) followed by the
+// fused middle, with and without `programmatic_launch`.
+//
+// Protocol as bench_cuda (docs/benchmarks.md): graph replay over rotating
+// sets past 2x the L2, median of replays. Qwen3.5-35B-A3B shape, W = 4,
+// bf16 inputs, in place.
+#include <benchmark/benchmark.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_common.cuh"
+#include "gdnkit/gdnkit.hpp"
+#include "gdnkit/half.hpp"
+#include "separate_stages.cuh"
+
+namespace {
+
+using namespace gdn_bench;
+
+constexpr int kConvWidth = 4;
+
+// The bed plus what the fused middle touches per set: the conv state pool
+// and z (x is the set's packed row); weights shared by every set.
+struct FusedBed {
+  Bed bed;
+  std::vector<void*> conv_state, z;
+  void* conv_weight{nullptr};
+  void* conv_bias{nullptr};
+  void* norm_weight{nullptr};
+  void* y{nullptr};      // separate stages: the conv output
+  void* o_raw{nullptr};  // separate stages: the step's output before the norm
+  // the upstream stand-in: the in_proj weight bytes at B = 1 (hidden 2048 x
+  // (conv_dim + Hv*Dv z + 2*Hv a, b) in bf16)
+  void* proj_weight{nullptr};
+  size_t proj_bytes{0};
+
+  explicit FusedBed(const Shape& s) : bed(s) {
+    const int64_t cdim = bed.conv_dim, B = s.B;
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<float> u(-0.6f, 0.6f);
+    auto upload = [&](void** dst, int64_t n, float lo, float hi) {
+      std::uniform_real_distribution<float> d(lo, hi);
+      std::vector<uint16_t> h(static_cast<size_t>(n));
+      for (auto& x : h) x = gdn::float_to_bf16(d(rng));
+      GDN_BENCH_CHECK(cudaMalloc(dst, size_t(n) * 2));
+      GDN_BENCH_CHECK(cudaMemcpy(*dst, h.data(), size_t(n) * 2, cudaMemcpyHostToDevice));
+    };
+    for (size_t i = 0; i < bed.sets.size(); ++i) {
+      void* cs = nullptr;
+      void* zz = nullptr;
+      upload(&cs, B * cdim * (kConvWidth - 1), -1.f, 1.f);
+      upload(&zz, B * s.hv * s.d, -2.f, 2.f);
+      conv_state.push_back(cs);
+      z.push_back(zz);
+    }
+    upload(&conv_weight, cdim * kConvWidth, -0.6f, 0.6f);
+    upload(&conv_bias, cdim, -0.2f, 0.2f);
+    upload(&norm_weight, s.d, 0.5f, 1.5f);
+    GDN_BENCH_CHECK(cudaMalloc(&y, size_t(B * cdim) * 2));
+    GDN_BENCH_CHECK(cudaMalloc(&o_raw, size_t(B * s.hv * s.d) * 2));
+    proj_bytes = size_t(2048) * size_t(cdim + int64_t(s.hv) * s.d + 2 * s.hv) * 2;
+    GDN_BENCH_CHECK(cudaMalloc(&proj_weight, proj_bytes));
+    GDN_BENCH_CHECK(cudaMemset(proj_weight, 0, proj_bytes));
+  }
+  ~FusedBed() {
+    for (void* p : conv_state) cudaFree(p);
+    for (void* p : z) cudaFree(p);
+    cudaFree(conv_weight);
+    cudaFree(conv_bias);
+    cudaFree(norm_weight);
+    cudaFree(y);
+    cudaFree(o_raw);
+    cudaFree(proj_weight);
+  }
+  size_t index_of(const Set& st) const { return size_t(&st - bed.sets.data()); }
+
+  // The fused middle on set st (conv and norm as asked).
+  gdn::DecodeParams fused(const Set& st, bool conv, bool norm) const {
+    gdn::DecodeParams p = bed.params(st);
+    const size_t i = index_of(st);
+    if (conv) {
+      p.conv_width = kConvWidth;
+      gdn::set_dense_strides(p);  // x and the conv state strides
+      p.q = p.k = p.v = nullptr;
+      p.x = st.qkv;
+      p.conv_state = conv_state[i];
+      p.conv_weight = conv_weight;
+      p.conv_bias = conv_bias;
+    }
+    if (norm) {
+      p.z = z[i];
+      p.norm_weight = norm_weight;
+    }
+    return p;
+  }
+};
+
+std::string label(const Shape& s) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "B=%lld %s %s", (long long)s.B, gdn::to_string(s.state), gdn::to_string(s.layout));
+  return buf;
+}
+
+template <typename Enqueue>
+double time_calls(FusedBed& fb, Enqueue&& enqueue) {
+  const int n = fb.bed.calls();
+  cudaGraphExec_t g = fb.bed.capture(n, [&](const Set& cur, const Set& next) { enqueue(cur, next); });
+  const double us = fb.bed.time_graph(g, n);
+  cudaGraphExecDestroy(g);
+  return us;
+}
+
+void check(const gdn::Status& s) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "bench_fused: %s\n", s.message);
+    std::exit(1);
+  }
+}
+
+struct Row {
+  std::string name;
+  double step, fused, separate, conv_only, norm_only;
+};
+std::vector<Row> g_rows;
+struct PdlRow {
+  std::string name;
+  double upstream, without, with;
+};
+std::vector<PdlRow> g_pdl;
+
+// fused middle vs step alone vs the three separate kernels
+void BM_Middle(benchmark::State& st, Shape shape) {
+  FusedBed fb(shape);
+  double step = 0, fused = 0, sep = 0, conv_only = 0, norm_only = 0;
+  for (auto _ : st) {
+    step = time_calls(fb, [&](const Set& cur, const Set&) { check(gdn::decode(fb.bed.params(cur), gdn::Backend::kCuda)); });
+    fused = time_calls(fb, [&](const Set& cur, const Set&) { check(gdn::decode(fb.fused(cur, true, true), gdn::Backend::kCuda)); });
+    conv_only = time_calls(fb, [&](const Set& cur, const Set&) { check(gdn::decode(fb.fused(cur, true, false), gdn::Backend::kCuda)); });
+    norm_only = time_calls(fb, [&](const Set& cur, const Set&) { check(gdn::decode(fb.fused(cur, false, true), gdn::Backend::kCuda)); });
+    sep = time_calls(fb, [&](const Set& cur, const Set&) {
+      const size_t i = fb.index_of(cur);
+      const Shape& s = fb.bed.s;
+      launch_conv_update(static_cast<const bf16*>(cur.qkv), static_cast<bf16*>(fb.conv_state[i]),
+                         static_cast<const bf16*>(fb.conv_weight), static_cast<const bf16*>(fb.conv_bias),
+                         static_cast<bf16*>(fb.y), s.B, fb.bed.conv_dim, kConvWidth, fb.bed.stream);
+      gdn::DecodeParams p = fb.bed.params(cur);
+      gdn::set_packed_qkv(p, fb.y, fb.bed.conv_dim);
+      p.o = fb.o_raw;
+      check(gdn::decode(p, gdn::Backend::kCuda));
+      launch_gated_rmsnorm(static_cast<const bf16*>(fb.o_raw), static_cast<const bf16*>(fb.z[i]),
+                           static_cast<const bf16*>(fb.norm_weight), static_cast<bf16*>(cur.o), s.B * s.hv, s.d,
+                           1e-6f, fb.bed.stream);
+      GDN_BENCH_CHECK(cudaGetLastError());
+    });
+    st.SetIterationTime(fused * 1e-6);
+  }
+  st.counters["step_us"] = step;
+  st.counters["separate_us"] = sep;
+  st.counters["fused_over_step"] = fused / step;
+  g_rows.push_back({label(shape), step, fused, sep, conv_only, norm_only});
+}
+
+// upstream stand-in -> fused middle, with and without PDL
+void BM_Pdl(benchmark::State& st, Shape shape) {
+  FusedBed fb(shape);
+  int sms = 0;
+  GDN_BENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int64_t vecs = int64_t(fb.proj_bytes / 16);
+  auto upstream = [&](const Set& cur) {
+    const size_t i = fb.index_of(cur);
+    launch_projection_standin(static_cast<const uint4*>(fb.proj_weight), vecs, static_cast<bf16*>(cur.qkv),
+                              fb.bed.s.B * fb.bed.conv_dim, static_cast<bf16*>(fb.z[i]),
+                              fb.bed.s.B * fb.bed.s.hv * fb.bed.s.d, 2 * sms, fb.bed.stream);
+  };
+  double up = 0, without = 0, with = 0;
+  for (auto _ : st) {
+    up = time_calls(fb, [&](const Set& cur, const Set&) { upstream(cur); });
+    without = time_calls(fb, [&](const Set& cur, const Set&) {
+      upstream(cur);
+      check(gdn::decode(fb.fused(cur, true, true), gdn::Backend::kCuda));
+    });
+    with = time_calls(fb, [&](const Set& cur, const Set&) {
+      upstream(cur);
+      gdn::DecodeParams p = fb.fused(cur, true, true);
+      p.programmatic_launch = true;
+      check(gdn::decode(p, gdn::Backend::kCuda));
+    });
+    st.SetIterationTime(with * 1e-6);
+  }
+  st.counters["without_us"] = without;
+  st.counters["gain_us"] = without - with;
+  g_pdl.push_back({label(shape), up, without, with});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
+    std::printf("bench_fused: no CUDA device\n");
+    return 0;
+  }
+  for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
+    for (gdn::Layout l : {gdn::Layout::kVK, gdn::Layout::kKV})
+      for (int64_t B : {1, 8, 64}) {
+        const Shape s{B, 16, 32, 128, t, l, false};
+        benchmark::RegisterBenchmark(("middle/" + label(s)).c_str(), BM_Middle, s)->UseManualTime()->Iterations(1);
+      }
+  for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
+    for (gdn::Layout l : {gdn::Layout::kVK, gdn::Layout::kKV}) {
+      const Shape s{1, 16, 32, 128, t, l, false};
+      benchmark::RegisterBenchmark(("pdl/" + label(s)).c_str(), BM_Pdl, s)->UseManualTime()->Iterations(1);
+    }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  std::printf("\nfused middle (conv W=4 + step + gated RMSNorm), Qwen3.5-35B-A3B shape, bf16 inputs, µs per layer call\n");
+  std::printf("%-16s %9s %9s %9s %9s %9s %11s %11s\n", "shape", "step", "fused", "conv+step", "step+norm",
+              "separate", "fused/step", "sep/fused");
+  for (const Row& r : g_rows)
+    std::printf("%-16s %9.2f %9.2f %9.2f %9.2f %9.2f %11.3f %11.3f\n", r.name.c_str(), r.step, r.fused, r.conv_only,
+                r.norm_only, r.separate, r.fused / r.step, r.separate / r.fused);
+  std::printf("\nPDL: upstream stand-in (in_proj weight bytes at B = 1) then the fused middle, µs per layer call\n");
+  std::printf("%-16s %9s %9s %9s %9s\n", "shape", "upstream", "no PDL", "PDL", "gain");
+  for (const PdlRow& r : g_pdl)
+    std::printf("%-16s %9.2f %9.2f %9.2f %9.2f\n", r.name.c_str(), r.upstream, r.without, r.with, r.without - r.with);
+  return 0;
+}
