@@ -166,13 +166,16 @@ __device__ __forceinline__ int group_head(const DecodeParams& p, int hk, int g, 
 //                 a column's v is read before its output is formed
 //   z[G * Dv]     z of the group's heads; w[Dv] norm_weight
 //   decay[G], beta[G], rstd[G]
+//   next[3 * (2 Dk + G Dv)] (a cluster's block 0 only) the shifted windows
+//                 it writes back once every block has read the old ones
 struct FusedSmem {
-  float *qk, *vo, *z, *w, *decay, *beta, *rstd;
+  float *qk, *vo, *z, *w, *decay, *beta, *rstd, *next;
   __device__ FusedSmem(float* base, int G, int Dk, int Dv)
-      : qk(base), vo(qk + 2 * Dk), z(vo + G * Dv), w(z + G * Dv), decay(w + Dv), beta(decay + G), rstd(beta + G) {}
+      : qk(base), vo(qk + 2 * Dk), z(vo + G * Dv), w(z + G * Dv), decay(w + Dv), beta(decay + G), rstd(beta + G),
+        next(rstd + G) {}
 };
-__host__ __device__ constexpr size_t fused_smem_bytes(int G, int Dk, int Dv) {
-  return sizeof(float) * size_t(2 * Dk + 2 * G * Dv + Dv + 3 * G);
+__host__ __device__ constexpr size_t fused_smem_bytes(int G, int Dk, int Dv, bool cluster) {
+  return sizeof(float) * size_t(2 * Dk + 2 * G * Dv + Dv + 3 * G + (cluster ? 3 * (2 * Dk + G * Dv) : 0));
 }
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
@@ -312,13 +315,19 @@ __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Grou
             if (t < W - 1) acc += wv[k][t] * old[k][t];
           acc += (W == 2 ? wv[k][1] : W == 3 ? wv[k][2] : wv[k][3]) * xc[k];
           (i < 2 * Dk ? sm.qk[i] : sm.vo[i - 2 * Dk]) = silu(acc);
-          // conv_state[s_out, c] = (old[1 .. W-2], xc)
-          if (write_conv && slots.write) {
+          // conv_state[s_out, c] = (old[1 .. W-2], xc): now, or (a cluster's
+          // block 0) kept for conv_state_commit
+          if (slots.write && (write_conv || grp.rank == 0)) {
             const int64_t c = group_channel(p, grp.hk, G, i);
 #pragma unroll
             for (int t = 0; t < 3; ++t)
-              if (t < W - 1)
-                cs[out_slot + c * chs + t * tps] = Elem<E>::from_float(t + 1 < W - 1 ? old[k][t < 2 ? t + 1 : 2] : xc[k]);
+              if (t < W - 1) {
+                const float nv = t + 1 < W - 1 ? old[k][t < 2 ? t + 1 : 2] : xc[k];
+                if (write_conv)
+                  cs[out_slot + c * chs + t * tps] = Elem<E>::from_float(nv);
+                else
+                  sm.next[3 * i + t] = nv;
+              }
           }
         }
       }
@@ -332,27 +341,23 @@ __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Grou
 }
 
 // A cluster's conv state update, by block 0 once every block of the cluster
-// has read the old windows: conv_state[s_out, c] = (old[1 .. W-2], x[b, c]).
+// has read the old windows: conv_state[s_out, c] = (old[1 .. W-2], x[b, c]),
+// kept in sm.next by its prologue.
 template <typename IO>
-__device__ __forceinline__ void conv_state_commit(const DecodeParams& p, const Group& grp, const RowSlots& slots) {
+__device__ __forceinline__ void conv_state_commit(const DecodeParams& p, const Group& grp, const RowSlots& slots,
+                                                  const FusedSmem& sm) {
   const int Dk = p.head_dim_k, Dv = p.head_dim_v, G = grp.G;
   with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
     using E = decltype(tag);
     const int W = p.conv_width;
-    const E* x = static_cast<const E*>(p.x) + grp.b * p.x_batch_stride;
     E* cs = static_cast<E*>(p.conv_state);
-    const int64_t in_slot = slots.s_in * p.conv_state_slot_stride;
     const int64_t out_slot = slots.s_out * p.conv_state_slot_stride;
     const int64_t chs = p.conv_state_channel_stride, tps = p.conv_state_tap_stride;
     for (int i = threadIdx.x; i < 2 * Dk + G * Dv; i += int(blockDim.x)) {
       const int64_t c = group_channel(p, grp.hk, G, i);
-      E next[3];
 #pragma unroll
       for (int t = 0; t < 3; ++t)
-        if (t < W - 1) next[t] = t + 1 < W - 1 ? cs[in_slot + c * chs + (t < 2 ? t + 1 : 2) * tps] : x[c];
-#pragma unroll
-      for (int t = 0; t < 3; ++t)
-        if (t < W - 1) cs[out_slot + c * chs + t * tps] = next[t];
+        if (t < W - 1) cs[out_slot + c * chs + t * tps] = Elem<E>::from_float(sm.next[3 * i + t]);
     }
   });
 }
@@ -413,7 +418,7 @@ __device__ __forceinline__ void fused_finish(const DecodeParams& p, const Group&
                                              const FusedSmem& sm, Owner&& owner) {
   if (grp.size > 1) {
     cluster_wait();  // the phase every block arrived at after its prologue
-    if (p.conv_width > 0 && grp.rank == 0 && slots.write) conv_state_commit<IO>(p, grp, slots);
+    if (p.conv_width > 0 && grp.rank == 0 && slots.write) conv_state_commit<IO>(p, grp, slots, sm);
   }
   if (p.norm_weight != nullptr) fused_norm_epilogue<IO>(p, grp, sm, owner);
 }
@@ -811,6 +816,8 @@ __global__ void __launch_bounds__(8 * kWarp,
 // (blockIdx = (b * Hk + hk) * cluster + rank; by_hv divides by Hk; cluster > 1
 // only on sm_90) streaming the tiles T = g * tiles_per_head + tile of its G
 // heads, tiles_per_block of them a block.
+// (Fused blocks keep the 64-register budget and spill a little in the group
+// prologue: 128 registers, tried, lost 10-19% at B = 64 to the halved occupancy.)
 template <typename T, int kDk, int kW, typename IO, bool kFused>
 __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) : 1)
     decode_kv_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
@@ -1137,7 +1144,13 @@ int resident_warps_per_sm() {
 template <typename T, Layout kLayout, int kDk, int kP, typename IO>
 bool fused_ready() {
   static const bool ready = [] {
-    constexpr size_t smem = smem_bytes<T, kLayout, kDk, kP>(8) + fused_smem_bytes(kMaxFusedGroup, kDk, kMaxHeadDim);
+#if defined(GDN_HIP)
+    constexpr bool kClusters = false;
+#else
+    constexpr bool kClusters = true;
+#endif
+    constexpr size_t smem =
+        smem_bytes<T, kLayout, kDk, kP>(8) + fused_smem_bytes(kMaxFusedGroup, kDk, kMaxHeadDim, kClusters);
     static_assert(smem <= GDN_MAX_BLOCK_SMEM, "the ring and the fused stages exceed a block's shared memory");
     (void)cudaFuncSetAttribute(kernel_of<T, kLayout, kDk, kP, IO, true>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                int(smem));
@@ -1308,7 +1321,7 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
       else
         resident_warps_per_sm<T, kLayout, kDk, kP, IO>();  // once: the shared-memory limit is raised
       const bool pdl = p.programmatic_launch && sm90_capable<T, kLayout, kDk, kP, IO, kFused>();
-      const size_t fused_smem = kFused ? fused_smem_bytes(g.group_heads, p.head_dim_k, p.head_dim_v) : 0;
+      const size_t fused_smem = kFused ? fused_smem_bytes(g.group_heads, p.head_dim_k, p.head_dim_v, g.cluster > 1) : 0;
       if constexpr (kLayout == Layout::kKV) {
         // The block shape is the tile's, whatever g.warps_per_block says.
         return launch_kernel(&decode_kv_kernel<T, kDk, kP, IO, kFused>, blocks, unsigned(KvSmemTile<T, kDk, kP>::kThreads),
