@@ -440,6 +440,25 @@ TEST_P(DecodeTest, OtherHeadDims) {
     }
 }
 
+// Of `rows` rows, how many are padding rows, rows with an out-of-range read
+// index and (with a write index array) rows that write nothing or an
+// out-of-range slot: at most 2, 1, 2 and 1, drawn in that order.
+template <typename Pick>
+void draw_special_rows(CaseSpec& c, int64_t rows, Pick& pick) {
+  int64_t left = rows;
+  auto some = [&](int most) {
+    const int k = int(std::min<int64_t>(left, pick(most + 1)));
+    left -= k;
+    return k;
+  };
+  c.padding_rows = some(2);
+  c.bad_in = some(1);
+  if (c.out_indices) {
+    c.no_write_rows = some(2);
+    c.bad_out = some(1);
+  }
+}
+
 // Random combinations of every option at once.
 TEST_P(DecodeTest, RandomSweep) {
   std::mt19937_64 rng(20240601);
@@ -475,18 +494,7 @@ TEST_P(DecodeTest, RandomSweep) {
       c.out_indices = pick(2);
       const int64_t rows = c.batch - (c.out_indices && c.batch >= 2 && pick(2) ? 2 : 0);
       c.fork = c.out_indices && rows != c.batch;
-      int64_t left = rows;
-      auto some = [&](int most) {
-        const int k = int(std::min<int64_t>(left, pick(most + 1)));
-        left -= k;
-        return k;
-      };
-      c.padding_rows = some(2);
-      c.bad_in = some(1);
-      if (c.out_indices) {
-        c.no_write_rows = some(2);
-        c.bad_out = some(1);
-      }
+      draw_special_rows(c, rows, pick);
     }
     c.counter = pick(4) != 0;
     c.packed_qkv = pick(4) == 0;
@@ -968,18 +976,7 @@ TEST_P(DecodeTest, ConvNormRandomSweep) {
     if (c.index != IndexType::kNone) {
       c.shuffle_slots = pick(2);
       c.out_indices = pick(2);
-      int64_t left = c.batch;
-      auto some = [&](int most) {
-        const int k = int(std::min<int64_t>(left, pick(most + 1)));
-        left -= k;
-        return k;
-      };
-      c.padding_rows = some(2);
-      c.bad_in = some(1);
-      if (c.out_indices) {
-        c.no_write_rows = some(2);
-        c.bad_out = some(1);
-      }
+      draw_special_rows(c, c.batch, pick);
     }
     c.counter = pick(4) != 0;
     c.packed_qkv = c.conv_width == 0 && pick(3) == 0;
