@@ -14,6 +14,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -203,9 +204,146 @@ void BM_Pdl(benchmark::State& st, Shape shape) {
   g_pdl.push_back({label(shape), up, without, with});
 }
 
+#if defined(GDN_TRACE)
+// `bench_fused trace` (a build with -DGDN_TRACE only): where the time of one
+// cold B = 1 call goes. The kernels store clock64 at their phase marks
+// (decode_kernel_impl.cuh, GDN_MARK) for thread 0 of every block; printed
+// per mark: the median and the largest time since the block's first mark,
+// in ns at the SM clock; plus the spread of the blocks' start times and the
+// span from the first block's start to the last block's end (global timer).
+// Marks: 0 entry, 1 state issued, 2 prologue done, 3 q/k normalized,
+// 4 after the cluster wait, 5 state in (last item), 6 step done, 7 all
+// outputs in (norm), 8 end.
+// How long a kernel waits for its parameters when they are cold: thread 0
+// reads one word from each 64-byte line of a 448-byte parameter block in
+// turn (each read a dependency of the next clock read), after 256 MiB of
+// writes evicted everything from L2; launched from a graph (parameters in
+// device memory, as for our benchmark) and from the stream.
+struct ParamBlock {
+  unsigned long long w[56];
+};
+__global__ void param_probe(const __grid_constant__ ParamBlock b, unsigned long long* out) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  unsigned long long t, acc = 0;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)::"memory");
+  out[0] = t;
+#pragma unroll
+  for (int l = 0; l < 7; ++l) {
+    acc += b.w[8 * l];
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(t) : "l"(acc) : "memory");
+    out[1 + l] = t;
+  }
+  out[8] = acc;
+}
+void param_probe_run(double ghz) {
+  const size_t flush_bytes = size_t(256) << 20;
+  void* flush = nullptr;
+  unsigned long long* out = nullptr;
+  GDN_BENCH_CHECK(cudaMalloc(&flush, flush_bytes));
+  GDN_BENCH_CHECK(cudaMalloc(&out, 64 * 8));
+  ParamBlock pb{};
+  for (int i = 0; i < 56; ++i) pb.w[i] = i;
+  cudaStream_t s;
+  GDN_BENCH_CHECK(cudaStreamCreate(&s));
+  for (int mode = 0; mode < 2; ++mode) {
+    for (int rep = 0; rep < 3; ++rep) {
+      if (mode == 0) {
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        GDN_BENCH_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        GDN_BENCH_CHECK(cudaMemsetAsync(flush, rep, flush_bytes, s));
+        param_probe<<<1, 32, 0, s>>>(pb, out);
+        GDN_BENCH_CHECK(cudaStreamEndCapture(s, &graph));
+        GDN_BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        GDN_BENCH_CHECK(cudaGraphLaunch(exec, s));
+        GDN_BENCH_CHECK(cudaGraphLaunch(exec, s));
+        GDN_BENCH_CHECK(cudaStreamSynchronize(s));
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+      } else {
+        GDN_BENCH_CHECK(cudaMemsetAsync(flush, rep, flush_bytes, s));
+        param_probe<<<1, 32, 0, s>>>(pb, out);
+        GDN_BENCH_CHECK(cudaStreamSynchronize(s));
+      }
+      unsigned long long h[9];
+      GDN_BENCH_CHECK(cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost));
+      std::printf("param probe (%s launch), ns to each next 64-byte line of parameters:", mode == 0 ? "graph" : "stream");
+      for (int l = 1; l < 8; ++l) std::printf(" %6.0f", double(h[l] - h[l - 1]) / ghz);
+      std::printf("\n");
+    }
+  }
+  cudaStreamDestroy(s);
+  cudaFree(flush);
+  cudaFree(out);
+}
+
+void trace_one(const Shape& s, bool conv, bool norm, double ghz) {
+  FusedBed fb(s);
+  const size_t words = size_t(1) << 20;
+  unsigned long long* buf = nullptr;
+  GDN_BENCH_CHECK(cudaMalloc(&buf, words * 8));
+  const int n = fb.bed.calls();
+  cudaGraphExec_t g = fb.bed.capture(n, [&](const Set& cur, const Set&) {
+    gdn::DecodeParams p = fb.fused(cur, conv, norm);
+    p.invalid_index_count = reinterpret_cast<uint32_t*>(buf);
+    check(gdn::decode(p, gdn::Backend::kCuda));
+  });
+  const double us = fb.bed.time_graph(g, n);
+  GDN_BENCH_CHECK(cudaMemset(buf, 0, words * 8));
+  GDN_BENCH_CHECK(cudaGraphLaunch(g, fb.bed.stream));
+  GDN_BENCH_CHECK(cudaStreamSynchronize(fb.bed.stream));
+  cudaGraphExecDestroy(g);
+  std::vector<unsigned long long> h(words);
+  GDN_BENCH_CHECK(cudaMemcpy(h.data(), buf, words * 8, cudaMemcpyDeviceToHost));
+  cudaFree(buf);
+  std::vector<std::vector<double>> d(9);
+  std::vector<double> starts;
+  unsigned long long g0 = ~0ull, g1 = 0;
+  for (size_t blk = 0; blk < words / 16; ++blk) {
+    const unsigned long long* t = &h[blk * 16];
+    if (t[14] == 0) continue;
+    starts.push_back(double(t[14]));
+    g0 = std::min(g0, t[14]);
+    g1 = std::max(g1, t[15]);
+    for (int k = 1; k < 9; ++k)
+      if (t[k] != 0) d[k].push_back(double(t[k] - t[0]) / ghz);
+  }
+  std::sort(starts.begin(), starts.end());
+  std::printf("%-16s %-10s %7.2f us/call %5zu blocks, starts spread %6.0f ns (median %6.0f), span %6.0f ns |",
+              label(s).c_str(), conv && norm ? "conv+norm" : conv ? "conv" : norm ? "norm" : "step", us,
+              starts.size(), starts.empty() ? 0.0 : starts.back() - starts.front(),
+              starts.empty() ? 0.0 : starts[starts.size() / 2] - starts.front(), double(g1 - g0));
+  for (int k = 1; k < 9; ++k) {
+    if (d[k].empty()) {
+      std::printf("  %d: -", k);
+      continue;
+    }
+    std::sort(d[k].begin(), d[k].end());
+    std::printf("  %d: %5.0f/%5.0f", k, d[k][d[k].size() / 2], d[k].back());
+  }
+  std::printf("\n");
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
+#if defined(GDN_TRACE)
+  if (argc > 1 && std::string(argv[1]) == "trace") {
+    int khz = 0;
+    cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
+    const double ghz = khz > 0 ? khz * 1e-6 : 1.98;
+    param_probe_run(ghz);
+    std::printf("trace (ns since the block's entry, median/max over blocks; SM clock %.2f GHz)\n", ghz);
+    for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
+      for (gdn::Layout l : {gdn::Layout::kVK, gdn::Layout::kKV})
+        for (int64_t B : {1}) {
+          const Shape s{B, 16, 32, 128, t, l, false};
+          for (int m = 0; m < 4; ++m) trace_one(s, m & 1, m & 2, ghz);
+        }
+    return 0;
+  }
+#endif
   int sms = 0;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
     std::printf("bench_fused: no CUDA device\n");

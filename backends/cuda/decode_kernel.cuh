@@ -67,18 +67,26 @@
 // them: no grid-wide ordering is needed), and the norm needs a head's Dv
 // outputs in one place (shared memory, summed in one fixed order: still
 // deterministic and batch-invariant). The group prologue computes the conv
-// of the group's 2 Dk + G Dv channels into shared memory (one thread reads
-// and rewrites each channel's window), loads z, norm_weight and the G heads'
-// gates; warps then read q, k, v from shared memory; raw outputs go to shared
-// memory and the epilogue normalizes and writes them. One block a group
-// leaves SMs idle at small B (B * Hk blocks: 16 at B = 1 for Qwen3.5), so on
-// sm_90 a group is a thread-block cluster of up to 8 blocks while B * Hk is
-// below the SM count: every block computes the group's conv (cheap) and
-// block 0 writes the conv state once all have arrived at a cluster barrier;
-// the norm reads the head's outputs from the other blocks' shared memory
-// (distributed shared memory), in the same fixed order. Measured in
-// bench/RESULTS.md: the cluster barriers and their fences are what the
-// fused middle still pays for at B = 1.
+// of q and k and of the block's own v channels into shared memory (one
+// thread reads and rewrites each channel's window), loads z, norm_weight and
+// the G heads' gates; warps then read q, k, v from shared memory; raw
+// outputs go to shared memory and the epilogue normalizes and writes them.
+// One block a group leaves SMs idle at small B (B * Hk blocks: 16 at B = 1
+// for Qwen3.5), so on sm_90 a group is a thread-block cluster of up to 8
+// blocks while B * Hk is below the SM count, each block owning a contiguous
+// range of the group's outputs (its warps' items or tiles):
+// - every block computes the conv of q and k (all its warps need them) and
+//   of its own v channels only; it writes the v channels' conv state back at
+//   once (their one reader) and its 1/size share of the q/k channels after
+//   one cluster barrier whose arrival is relaxed (it orders reads: no fence);
+// - each output is pushed into every block's shared memory with st.async,
+//   counted on that block's mbarrier, and every block normalizes from its
+//   own shared memory in the same fixed order and writes its own range. No
+//   barrier releases memory: a releasing cluster barrier is a full fence,
+//   which waits for the thread's state stores in flight (bench/RESULTS.md:
+//   with such a barrier before the norm, and the norm reading the other
+//   blocks' outputs through distributed shared memory, the barriers and
+//   their fences were a fifth of the fused kernel's samples at B = 1).
 //
 // Programmatic launch (sm_90): every kernel issues its first state loads,
 // then waits for the previous kernel (griddepcontrol.wait, a no-op without
@@ -270,6 +278,87 @@ __device__ __forceinline__ void load_run(const E* ptr, float* x) {
 #pragma unroll
   for (int i = 0; i < N; ++i) x[i] = Elem<E>::to_float(ptr[i]);
 }
+
+// ---- loads now, conversions later -------------------------------------------
+// A load's first use waits for it, and a use inside a branch (an `if` on a
+// bound, an alignment test, a dtype switch) is placed inside it: the warp
+// then waits for that load before it issues the next one, and the small
+// loads of a phase (q, k, v, the gates, the conv windows) pay one memory
+// latency each instead of one for all. On the H200 (bench_fused `trace`,
+// B = 1) the step waited 2.2 us for its q/k/v/gate loads and the fused conv
+// prologue 3.6 us, against about 1.1 us for one cold load. So the kernels
+// load the small tensors as raw words first, with no use in any branch, and
+// convert them once every load of the phase is in flight.
+//
+// RawRun<E, N>: N consecutive elements of E as raw words (vector words when
+// the address is aligned to a piece, else built element by element: an odd
+// caller stride, where the packing waits, is the rare case).
+template <int kBytes> struct RawWord { using type = typename Word<kBytes>::type; };
+template <> struct RawWord<2> { using type = unsigned short; };
+template <typename E, int N>
+struct RawRun {
+  static constexpr int kPerPiece = N * int(sizeof(E)) < 16 ? N : 16 / int(sizeof(E));
+  static constexpr int kBytes = kPerPiece * int(sizeof(E));
+  static constexpr int kPieces = N / kPerPiece;
+  using W = typename RawWord<kBytes>::type;
+  W w[kPieces];
+  __device__ __forceinline__ void load(const E* ptr) {
+    if constexpr (kPerPiece == 1) {
+#pragma unroll
+      for (int k = 0; k < kPieces; ++k) w[k] = *reinterpret_cast<const W*>(ptr + k);
+    } else if (reinterpret_cast<uintptr_t>(ptr) % kBytes == 0) {
+#pragma unroll
+      for (int k = 0; k < kPieces; ++k) w[k] = *reinterpret_cast<const W*>(ptr + k * kPerPiece);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kPieces; ++k)
+#pragma unroll
+        for (int i = 0; i < kPerPiece; ++i) reinterpret_cast<E*>(&w[k])[i] = ptr[k * kPerPiece + i];
+    }
+  }
+  // x[e] = element e, or 0 for all of them when !in (the load then read a
+  // valid stand-in address).
+  __device__ __forceinline__ void to_float(float* x, bool in = true) const {
+#pragma unroll
+    for (int k = 0; k < kPieces; ++k)
+#pragma unroll
+      for (int i = 0; i < kPerPiece; ++i)
+        x[k * kPerPiece + i] = in ? Elem<E>::to_float(reinterpret_cast<const E*>(&w[k])[i]) : 0.0f;
+  }
+};
+
+// The same for a small tensor of the kernel's IO: raw when IO is a dtype;
+// with MixedIO (runtime dtypes, the rare case) converted at the load, in the
+// dtype switch, and kept as float words.
+template <typename IO>
+using IoElem = typename std::conditional<std::is_same<IO, MixedIO>::value, float, IO>::type;
+template <typename IO, int N>
+struct IoRun {
+  RawRun<IoElem<IO>, N> r;
+  // elements [off, off + N) of `base`, of dtype t
+  __device__ __forceinline__ void load(DType t, const void* base, int64_t off) {
+    if constexpr (!std::is_same<IO, MixedIO>::value) {
+      (void)t;
+      r.load(static_cast<const IO*>(base) + off);
+    } else {
+      with_dtype<MixedIO>(t, [&](auto tag) {
+        using E = decltype(tag);
+        float x[N];
+        load_run<E, N>(static_cast<const E*>(base) + off, x);
+#pragma unroll
+        for (int k = 0; k < r.kPieces; ++k)
+#pragma unroll
+          for (int i = 0; i < r.kPerPiece; ++i) reinterpret_cast<float*>(&r.w[k])[i] = x[k * r.kPerPiece + i];
+      });
+    }
+  }
+  __device__ __forceinline__ void to_float(float* x, bool in = true) const { r.to_float(x, in); }
+  __device__ __forceinline__ float value(bool in = true) const {
+    float x[N];
+    r.to_float(x, in);
+    return x[0];
+  }
+};
 
 // One element of a runtime dtype (the padding path's zeros).
 __device__ __forceinline__ void store_any(void* base, DType t, int64_t i, float x) {

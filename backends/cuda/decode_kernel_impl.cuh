@@ -76,6 +76,29 @@ __device__ __forceinline__ RowSlots row_slots(const DecodeParams& p, int64_t b, 
   return r;
 }
 
+// Phase timestamps for bench_fused's `trace` mode, in builds with GDN_TRACE
+// only (a diagnostic: compiled out otherwise). Thread 0 of each block stores
+// clock64 at mark k in trace[block * 16 + k] and the global timer at marks 0
+// and 8 in slots 14 and 15; the buffer travels in invalid_index_count, which
+// a dense call (no indices) never uses.
+#if defined(GDN_TRACE)
+__device__ __forceinline__ void trace_mark(const DecodeParams& p, int k) {
+  if (threadIdx.x != 0 || p.invalid_index_count == nullptr || p.index_dtype != IndexType::kNone) return;
+  unsigned long long* t = reinterpret_cast<unsigned long long*>(p.invalid_index_count) + size_t(blockIdx.x) * 16;
+  unsigned long long c;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(c)::"memory");
+  t[k] = c;
+  if (k == 0 || k == 8) {
+    unsigned long long g;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g)::"memory");
+    t[k == 0 ? 14 : 15] = g;
+  }
+}
+#define GDN_MARK(k) trace_mark(p, k)
+#else
+#define GDN_MARK(k) ((void)0)
+#endif
+
 // 1 / norm from a sum of squares, per the l2norm convention.
 __device__ __forceinline__ float inv_norm(float ss, L2Norm mode, float eps) {
   if (mode == L2Norm::kNone) return 1.0f;
@@ -90,39 +113,37 @@ struct Gates {
   float decay, beta;
 };
 // The loads behind the gates (a, b and the head's parameters), apart from
-// the arithmetic so a caller can issue them early.
+// the arithmetic so a caller can issue them with its other loads (raw: see
+// RawRun).
+template <typename IO>
 struct GateInputs {
-  float a, braw, A_log, dt_bias;
+  IoRun<IO, 1> a, b;
+  float A_log{0.0f}, dt_bias{0.0f};
 };
 template <typename IO>
-__device__ __forceinline__ GateInputs load_gate_inputs(const DecodeParams& p, int64_t b, int h) {
-  GateInputs in{0.0f, 0.0f, 0.0f, 0.0f};
-  with_dtype<IO>(p.ab_dtype, [&](auto tag) {
-    using E = decltype(tag);
-    in.a = Elem<E>::to_float(static_cast<const E*>(p.a)[b * p.a_batch_stride + h]);
-    in.braw = Elem<E>::to_float(static_cast<const E*>(p.b)[b * p.b_batch_stride + h]);
-  });
+__device__ __forceinline__ GateInputs<IO> load_gate_inputs(const DecodeParams& p, int64_t b, int h) {
+  GateInputs<IO> in;
+  in.a.load(p.ab_dtype, p.a, b * p.a_batch_stride + h);
+  in.b.load(p.ab_dtype, p.b, b * p.b_batch_stride + h);
   if (p.gate == Gate::kRaw) {
     in.A_log = p.A_log[h];
     in.dt_bias = p.dt_bias[h];
   }
   return in;
 }
-__device__ __forceinline__ Gates finish_gates(const DecodeParams& p, const GateInputs& in) {
+template <typename IO>
+__device__ __forceinline__ Gates finish_gates(const DecodeParams& p, const GateInputs<IO>& in) {
+  const float a = in.a.value(), braw = in.b.value();
   float g, beta;
   if (p.gate == Gate::kRaw) {
     // g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b)
-    g = -expf(in.A_log) * softplus(in.a + in.dt_bias);
-    beta = 1.0f / (1.0f + expf(-in.braw));
+    g = -expf(in.A_log) * softplus(a + in.dt_bias);
+    beta = 1.0f / (1.0f + expf(-braw));
   } else {
-    g = in.a;
-    beta = in.braw;
+    g = a;
+    beta = braw;
   }
   return Gates{expf(g), beta};
-}
-template <typename IO>
-__device__ __forceinline__ Gates load_gates(const DecodeParams& p, int64_t b, int h) {
-  return finish_gates(p, load_gate_inputs<IO>(p, b, h));
 }
 
 // l2norm of q and k, whose Dk rows the kSpan lanes (stride kLow) hold
@@ -149,33 +170,43 @@ __device__ __forceinline__ void l2_normalize(const DecodeParams& p, int lane, fl
 }
 
 // ---- the fused prologue and epilogue (conv1d update, gated RMSNorm) --------
-// With either on (kFused), a block owns a whole *group*: row b and k-head hk
-// with its G v-heads (h = hk * G + g interleaved, g * Hk + hk tiled), so the
-// q/k channels of the conv, which all G heads read, have one reader and one
-// writer, and a head's Dv outputs, which the norm reduces over, are in one
-// block. (decode_kernel.cuh's header has the geometry and why.)
+// With either on (kFused), a group is row b and k-head hk with its G v-heads
+// (h = hk * G + g interleaved, g * Hk + hk tiled): one block, or on sm_90 a
+// cluster of `size` blocks. The group's outputs, numbered g * Dv + j ("group
+// columns"), split into one contiguous range [lo, hi) per block. (The
+// geometry, and why, is in decode_kernel.cuh's header.)
 
 // v-head of group member g.
 __device__ __forceinline__ int group_head(const DecodeParams& p, int hk, int g, int G) {
   return p.head_map == HeadMap::kInterleaved ? hk * G + g : g * p.num_k_heads + hk;
 }
 
-// Shared memory of the fused stages, after the ring (floats):
+// A fused block's group, its rank in the cluster of `size` blocks that splits
+// the group at small B (size 1 everywhere else), and the group columns
+// [lo, hi) whose outputs it computes.
+struct Group {
+  int64_t b;
+  int hk, G, rank, size, lo, hi;
+};
+
+// Shared memory of the fused stages, after the ring (floats, 16-byte aligned):
+//   bar           (cluster, norm) the mbarrier the group's outputs land on
 //   qk[2 * Dk]    conv'd q (0 .. Dk) and k (Dk .. 2 Dk) of the group's k-head
-//   vo[G * Dv]    conv'd v of the group's heads, then (norm) the raw outputs:
-//                 a column's v is read before its output is formed
-//   z[G * Dv]     z of the group's heads; w[Dv] norm_weight
+//   vo[G * Dv]    conv'd v of the block's own columns [lo, hi)
+//   out[G * Dv]   (norm) the raw outputs of the whole group
+//   z[G * Dv]     z of the block's own columns; w[Dv] norm_weight
 //   decay[G], beta[G], rstd[G]
-//   next[3 * (2 Dk + G Dv)] (a cluster's block 0 only) the shifted windows
-//                 it writes back once every block has read the old ones
+//   next[3 * 2 Dk] (cluster) the block's share of the shifted q/k windows,
+//                 written back once every block has read the old ones
 struct FusedSmem {
-  float *qk, *vo, *z, *w, *decay, *beta, *rstd, *next;
+  unsigned long long* bar;
+  float *qk, *vo, *out, *z, *w, *decay, *beta, *rstd, *next;
   __device__ FusedSmem(float* base, int G, int Dk, int Dv)
-      : qk(base), vo(qk + 2 * Dk), z(vo + G * Dv), w(z + G * Dv), decay(w + Dv), beta(decay + G), rstd(beta + G),
-        next(rstd + G) {}
+      : bar(reinterpret_cast<unsigned long long*>(base)), qk(base + 4), vo(qk + 2 * Dk), out(vo + G * Dv),
+        z(out + G * Dv), w(z + G * Dv), decay(w + Dv), beta(decay + G), rstd(beta + G), next(rstd + G) {}
 };
 __host__ __device__ constexpr size_t fused_smem_bytes(int G, int Dk, int Dv, bool cluster) {
-  return sizeof(float) * size_t(2 * Dk + 2 * G * Dv + Dv + 3 * G + (cluster ? 3 * (2 * Dk + G * Dv) : 0));
+  return sizeof(float) * size_t(4 + 2 * Dk + 3 * G * Dv + Dv + 3 * G + (cluster ? 3 * 2 * Dk : 0));
 }
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
@@ -189,47 +220,89 @@ __device__ __forceinline__ void wait_upstream() {
 #endif
 }
 
-// A fused block's group, and (sm_90) the cluster of `size` blocks that
-// splits it at small B; size 1 everywhere else.
-struct Group {
-  int64_t b;
-  int hk, G, rank, size;
-};
-
-// Cluster barrier halves (sm_90; only reached when size > 1, which the
-// launch allows only on sm_90 code): arrive releases this thread's earlier
-// writes, wait acquires everyone's. The release is a full fence: it waits
-// for every store the thread has in flight (the state's, to global memory),
-// so the barriers that order no writes arrive relaxed.
-__device__ __forceinline__ void cluster_arrive() {
+// ---- cluster synchronization (sm_90; reached only when size > 1, which the
+// launch allows only with sm_90 code). No barrier of the fused path releases
+// memory: a releasing arrive is a full fence that waits for every store the
+// thread has in flight (the state's, to global memory: 7% of the fused
+// kernel's samples at B = 1 when the norm's barrier released). Ordering of
+// shared data between blocks goes through an mbarrier's transaction count.
 #if !defined(GDN_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#define GDN_CLUSTERS 1
 #endif
-}
-// An arrival that only says "my earlier reads are done" (their values are
-// already in use, so no later write can reach them).
+// "My earlier reads are done" (their values are already in use, so no later
+// write can reach them), and (with fence_barrier_init) "my mbarrier is ready".
 __device__ __forceinline__ void cluster_arrive_relaxed() {
-#if !defined(GDN_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if GDN_CLUSTERS
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 #endif
 }
 __device__ __forceinline__ void cluster_wait() {
-#if !defined(GDN_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if GDN_CLUSTERS
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 #endif
 }
-// *local in the shared memory of cluster block `rank` (distributed shared memory).
-__device__ __forceinline__ float load_peer(const float* local, int rank) {
-#if !defined(GDN_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
-  unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
-  return v;
+
+// The outputs' mbarrier (one thread): one arrival expected; the fence makes
+// the initialization visible to the cluster before the next cluster barrier
+// completes.
+__device__ __forceinline__ void outputs_barrier_init(unsigned long long* bar) {
+#if GDN_CLUSTERS
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(a) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 #else
-  (void)rank;
-  return *local;
+  (void)bar;
+#endif
+}
+// Its one arrival (one thread), expecting `bytes` of st.async transactions.
+// Peers' transactions may land before it: the count may go below zero
+// meanwhile, and the phase cannot complete before this arrival.
+__device__ __forceinline__ void outputs_expect(unsigned long long* bar, unsigned bytes) {
+#if GDN_CLUSTERS
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  asm volatile(
+      "{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(a), "r"(bytes)
+      : "memory");
+#else
+  (void)bar;
+  (void)bytes;
+#endif
+}
+// value -> *slot in the shared memory of every block of the cluster
+// (distributed shared memory), each store counted on that block's mbarrier.
+__device__ __forceinline__ void push_to_cluster(float* slot, unsigned long long* bar, int size, float value) {
+#if GDN_CLUSTERS
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(slot));
+  const unsigned m = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  for (int r = 0; r < size; ++r) {
+    unsigned ra, rm;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(a), "r"(r));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(rm) : "r"(m), "r"(r));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(ra),
+                 "r"(__float_as_uint(value)), "r"(rm)
+                 : "memory");
+  }
+#else
+  (void)bar;
+  (void)size;
+  *slot = value;
+#endif
+}
+// Until every byte the mbarrier expects has landed (phase 0 complete).
+__device__ __forceinline__ void outputs_wait(unsigned long long* bar) {
+#if GDN_CLUSTERS
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(a)
+        : "memory");
+  } while (!done);
+#else
+  (void)bar;
 #endif
 }
 
@@ -242,29 +315,57 @@ __device__ __forceinline__ int64_t group_channel(const DecodeParams& p, int hk, 
   return 2 * int64_t(Hk) * Dk + int64_t(group_head(p, hk, g, G)) * Dv + j;
 }
 
+// Before the prologue (thread 0 of a cluster block, norm on): the outputs'
+// mbarrier is initialized.
+__device__ __forceinline__ void fused_begin(const DecodeParams& p, const Group& grp, const FusedSmem& sm) {
+  if (grp.size > 1 && p.norm_weight != nullptr && threadIdx.x == 0) outputs_barrier_init(sm.bar);
+}
+// After the prologue and the barrier that follows it (every thread): in a
+// cluster, the mbarrier expects the whole group's G * Dv outputs (every block
+// pushes its own to every block), and the block arrives at the cluster
+// barrier that fused_mid waits on.
+__device__ __forceinline__ void fused_arrive(const DecodeParams& p, const Group& grp, const FusedSmem& sm) {
+  if (grp.size == 1) return;
+  if (p.norm_weight != nullptr && threadIdx.x == 0)
+    outputs_expect(sm.bar, unsigned(sizeof(float)) * unsigned(grp.G * p.head_dim_v));
+  cluster_arrive_relaxed();  // old conv windows read, outputs' mbarrier ready
+}
+
 // The block's share of the group prologue (every thread calls it; a barrier
-// must follow before the shared values are read):
-// - conv: y[c] = silu(sum_j w[c, j] window[c, j] + bias[c]) for the group's
-//   2 Dk + G Dv channels into qk / vo, window = (conv_state[s_in, c, 0 .. W-2],
-//   x[b, c]); with `write_conv` also conv_state[s_out, c] = window[1 .. W-1]:
-//   one thread reads and then writes each channel, and no other block touches
-//   the group's channels, so in place is safe. (A cluster's blocks all read;
-//   block 0 writes once all have: conv_state_commit.) The stored values are
-//   input values (exact through float);
-// - norm: z and norm_weight into shared memory;
+// must follow before the shared values are read). Channels: q and k of hk
+// (every block needs them) and v of the block's own columns [lo, hi) only.
+// - conv: y[c] = silu(sum_j w[c, j] window[c, j] + bias[c]) into qk / vo,
+//   window = (conv_state[s_in, c, 0 .. W-2], x[b, c]), and the shifted window
+//   conv_state[s_out, c] = (old[1 .. W-2], x[b, c]): one thread reads and
+//   then writes each channel, and no other block touches the group's
+//   channels, so in place is safe. A v channel has one reader in its group
+//   (the block owning its column), which writes it back at once; the q/k
+//   channels are read by every block of a cluster, so block r keeps the
+//   shifted windows of q/k channels m = r mod size for fused_mid, after the
+//   cluster barrier (no block writes the tail alone). Stored values are input
+//   values (exact through float);
+// - norm: z of the own columns and norm_weight into shared memory;
 // - the gates of the G heads.
-// Latency is what counts here (the state is already on its way): a thread
-// issues the loads of up to kPer channels, its z values and its gate inputs
-// before it uses any of them, so the whole prologue waits on memory once.
-template <typename IO>
+// Latency is what counts here: a thread issues the loads of up to kPer = 2
+// channels (a block's 256 threads cover the 2 Dk + G Dv = 512 channels of
+// Qwen3.5's groups in one round; 4 made the kv kernels spill at their 64
+// registers), its z values and its gate inputs, then (issue_state) the first
+// state copies, then uses any of them. The prologue's loads go first so that
+// they do not queue behind the state's; its arithmetic then overlaps the
+// state's arrival.
+template <typename IO, typename Issue>
 __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Group& grp, const RowSlots& slots,
-                                               const FusedSmem& sm, bool write_conv) {
-  constexpr int kPer = 4;
+                                               const FusedSmem& sm, Issue&& issue_state) {
+  constexpr int kPer = 2;
   const int Dk = p.head_dim_k, Dv = p.head_dim_v, G = grp.G, W = p.conv_width;
   const int nthreads = int(blockDim.x), tid = int(threadIdx.x);
-  const int n_conv = W > 0 ? 2 * Dk + G * Dv : 0;
-  const int n_z = p.norm_weight != nullptr ? G * Dv : 0;
+  const int n_own = grp.hi - grp.lo;
+  const int n_qk = W > 0 ? 2 * Dk : 0;
+  const int n_conv = W > 0 ? n_qk + n_own : 0;
+  const int n_z = p.norm_weight != nullptr ? n_own : 0;
   const int n_w = p.norm_weight != nullptr ? Dv : 0;
+  const int n = max(n_conv, max(n_z, n_w));
+  bool issued = false;
   with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
     using E = decltype(tag);
     const E* x = static_cast<const E*>(p.x) + grp.b * p.x_batch_stride;
@@ -275,58 +376,70 @@ __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Grou
     const int64_t out_slot = slots.s_out * p.conv_state_slot_stride;
     const int64_t chs = p.conv_state_channel_stride, tps = p.conv_state_tap_stride;
     const E* z = static_cast<const E*>(p.z);
-    // gate inputs of head tid (tid < G)
+    // group position of conv channel m: q/k first, then the own v columns
+    auto position = [&](int m) { return m < n_qk ? m : 2 * Dk + grp.lo + (m - n_qk); };
+    // gate inputs of head tid (tid < G; the others read head 0's, unused)
     const bool gate_thread = tid < G;
-    const GateInputs gin = gate_thread ? load_gate_inputs<IO>(p, grp.b, group_head(p, grp.hk, tid, G)) : GateInputs{};
-    for (int base = tid; base < (n_conv > n_z ? n_conv : n_z); base += kPer * nthreads) {
-      // ---- loads: z, then every tap of up to kPer channels
-      float zv[kPer], nw[kPer], old[kPer][3], xc[kPer], wv[kPer][4], bv[kPer];
+    const GateInputs<IO> gin = load_gate_inputs<IO>(p, grp.b, group_head(p, grp.hk, gate_thread ? tid : 0, G));
+    for (int base = tid; base < n; base += kPer * nthreads) {
+      // ---- loads, raw (RawRun): norm_weight and z, then every tap of up to
+      // kPer channels. A slot past its range, or a tap past W, reads an
+      // in-range stand-in (index 0) instead, so no load sits in a branch of
+      // its own; the arithmetic below ignores it.
+      E nw[kPer], zv[kPer], old[kPer][3], xc[kPer], wv[kPer][4], bv[kPer];
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
-        const int i = base + k * nthreads;
-        if (i < n_w) nw[k] = Elem<E>::to_float(static_cast<const E*>(p.norm_weight)[i]);
-        if (i < n_z) {
-          const int g = i / Dv, j = i - g * Dv;
-          zv[k] = Elem<E>::to_float(z[grp.b * p.z_batch_stride + int64_t(group_head(p, grp.hk, g, G)) * p.z_head_stride + j]);
+        const int m = base + k * nthreads;
+        if (n_w > 0) nw[k] = static_cast<const E*>(p.norm_weight)[m < n_w ? m : 0];
+        if (n_z > 0) {
+          const int i = grp.lo + (m < n_z ? m : 0), g = i / Dv, j = i - g * Dv;
+          zv[k] = z[grp.b * p.z_batch_stride + int64_t(group_head(p, grp.hk, g, G)) * p.z_head_stride + j];
         }
-        if (i < n_conv) {
-          const int64_t c = group_channel(p, grp.hk, G, i);
+        if (n_conv > 0) {
+          const int64_t c = group_channel(p, grp.hk, G, position(m < n_conv ? m : 0));
           // window = (old[0 .. W-2], xc); indices fixed at compile time (W <= 4)
           // so the window stays in registers.
 #pragma unroll
-          for (int t = 0; t < 3; ++t) old[k][t] = t < W - 1 ? Elem<E>::to_float(cs[in_slot + c * chs + t * tps]) : 0.0f;
+          for (int t = 0; t < 3; ++t) old[k][t] = cs[in_slot + c * chs + (t < W - 1 ? t : 0) * tps];
 #pragma unroll
-          for (int t = 0; t < 4; ++t) wv[k][t] = t < W ? Elem<E>::to_float(wt[c * W + t]) : 0.0f;
-          xc[k] = Elem<E>::to_float(x[c]);
-          bv[k] = bias ? Elem<E>::to_float(bias[c]) : 0.0f;
+          for (int t = 0; t < 4; ++t) wv[k][t] = wt[c * W + (t < W ? t : 0)];
+          xc[k] = x[c];
+          if (bias) bv[k] = bias[c];
         }
+      }
+      if (!issued) {
+        issue_state();
+        issued = true;
       }
       // ---- then the arithmetic and the stores
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
-        const int i = base + k * nthreads;
-        if (i < n_w) sm.w[i] = nw[k];
-        if (i < n_z) sm.z[i] = zv[k];
-        if (i < n_conv) {
+        const int m = base + k * nthreads;
+        if (m < n_w) sm.w[m] = Elem<E>::to_float(nw[k]);
+        if (m < n_z) sm.z[grp.lo + m] = Elem<E>::to_float(zv[k]);
+        if (m < n_conv) {
+          const int i = position(m);
           // y = silu(w . window + bias)
-          float acc = bv[k];
+          float acc = bias ? Elem<E>::to_float(bv[k]) : 0.0f;
 #pragma unroll
           for (int t = 0; t < 3; ++t)
-            if (t < W - 1) acc += wv[k][t] * old[k][t];
-          acc += (W == 2 ? wv[k][1] : W == 3 ? wv[k][2] : wv[k][3]) * xc[k];
+            if (t < W - 1) acc += Elem<E>::to_float(wv[k][t]) * Elem<E>::to_float(old[k][t]);
+          acc += Elem<E>::to_float(W == 2 ? wv[k][1] : W == 3 ? wv[k][2] : wv[k][3]) * Elem<E>::to_float(xc[k]);
           (i < 2 * Dk ? sm.qk[i] : sm.vo[i - 2 * Dk]) = silu(acc);
-          // conv_state[s_out, c] = (old[1 .. W-2], xc): now, or (a cluster's
-          // block 0) kept for conv_state_commit
-          if (slots.write && (write_conv || grp.rank == 0)) {
+          // conv_state[s_out, c] = (old[1 .. W-2], xc), the input values
+          // themselves: now (one reader), or this block's share of the q/k
+          // channels, kept for fused_mid
+          const bool now = grp.size == 1 || m >= n_qk;
+          if (slots.write && (now || m % grp.size == grp.rank)) {
             const int64_t c = group_channel(p, grp.hk, G, i);
 #pragma unroll
             for (int t = 0; t < 3; ++t)
               if (t < W - 1) {
-                const float nv = t + 1 < W - 1 ? old[k][t < 2 ? t + 1 : 2] : xc[k];
-                if (write_conv)
-                  cs[out_slot + c * chs + t * tps] = Elem<E>::from_float(nv);
+                const E nv = t + 1 < W - 1 ? old[k][t < 2 ? t + 1 : 2] : xc[k];
+                if (now)
+                  cs[out_slot + c * chs + t * tps] = nv;
                 else
-                  sm.next[3 * i + t] = nv;
+                  sm.next[3 * m + t] = Elem<E>::to_float(nv);
               }
           }
         }
@@ -338,48 +451,60 @@ __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Grou
       sm.beta[tid] = gt.beta;
     }
   });
+  if (!issued) issue_state();
 }
 
-// A cluster's conv state update, by block 0 once every block of the cluster
-// has read the old windows: conv_state[s_out, c] = (old[1 .. W-2], x[b, c]),
-// kept in sm.next by its prologue.
+// Between the prologue and the step (every thread of every block of the
+// group): in a cluster, wait until every block has read the old q/k windows
+// (and initialized its outputs' mbarrier), then write back this block's
+// share of the shifted q/k windows.
 template <typename IO>
-__device__ __forceinline__ void conv_state_commit(const DecodeParams& p, const Group& grp, const RowSlots& slots,
-                                                  const FusedSmem& sm) {
-  const int Dk = p.head_dim_k, Dv = p.head_dim_v, G = grp.G;
+__device__ __forceinline__ void fused_mid(const DecodeParams& p, const Group& grp, const RowSlots& slots,
+                                          const FusedSmem& sm) {
+  if (grp.size == 1) return;
+  cluster_wait();
+  if (p.conv_width == 0 || !slots.write) return;
+  const int Dk = p.head_dim_k, W = p.conv_width;
   with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
     using E = decltype(tag);
-    const int W = p.conv_width;
     E* cs = static_cast<E*>(p.conv_state);
     const int64_t out_slot = slots.s_out * p.conv_state_slot_stride;
     const int64_t chs = p.conv_state_channel_stride, tps = p.conv_state_tap_stride;
-    for (int i = threadIdx.x; i < 2 * Dk + G * Dv; i += int(blockDim.x)) {
-      const int64_t c = group_channel(p, grp.hk, G, i);
+    for (int m = grp.rank + int(threadIdx.x) * grp.size; m < 2 * Dk; m += int(blockDim.x) * grp.size) {
+      const int64_t c = group_channel(p, grp.hk, grp.G, m);
 #pragma unroll
       for (int t = 0; t < 3; ++t)
-        if (t < W - 1) cs[out_slot + c * chs + t * tps] = Elem<E>::from_float(sm.next[3 * i + t]);
+        if (t < W - 1) cs[out_slot + c * chs + t * tps] = Elem<E>::from_float(sm.next[3 * m + t]);
     }
   });
 }
 
-// The gated RMSNorm over each head of the group, after every output of this
-// block is in sm.vo (every thread of every block of the group calls it;
-// owner(g, j) names the cluster block that holds output j of head g):
+// Output `col` (group column) of the block, raw: into every cluster block's
+// sm.out (the norm reads the whole group's there), or this block's.
+__device__ __forceinline__ void fused_emit(const FusedSmem& sm, const Group& grp, int col, float o) {
+  if (grp.size > 1)
+    push_to_cluster(&sm.out[col], sm.bar, grp.size, o);
+  else
+    sm.out[col] = o;
+}
+
+// The gated RMSNorm over each head of the group, once every output of the
+// group is in sm.out (every thread calls it):
 //   out[j] = w[j] * o[j] * rsqrt(mean_j(o[j]^2) + eps) * silu(z[j])
 // Warp g sums head g's squares in one fixed order (lane l: j = l, l + kWarp,
 // ..., then a fixed butterfly), whatever the launch geometry: deterministic
-// and batch-invariant. A block writes the outputs it holds.
-template <typename IO, typename Owner>
-__device__ __forceinline__ void fused_norm_epilogue(const DecodeParams& p, const Group& grp, const FusedSmem& sm,
-                                                    Owner&& owner) {
+// and batch-invariant. A block writes its own columns [lo, hi). No block
+// reads another's shared memory, so none waits for the others to leave.
+template <typename IO>
+__device__ __forceinline__ void fused_finish(const DecodeParams& p, const Group& grp, const FusedSmem& sm) {
+  if (p.norm_weight == nullptr) return;
   const int Dv = p.head_dim_v, G = grp.G;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;
-  if (grp.size > 1) {
-    cluster_arrive();  // every block's outputs are in its shared memory
-    cluster_wait();
-  } else {
+  if (grp.size > 1)
+    outputs_wait(sm.bar);  // every block's pushes have landed
+  else
     __syncthreads();
-  }
+  GDN_MARK(7);
   // Every warp takes part in every round (a 64-lane logical warp's
   // exchanges are barriers its warps must all reach).
   for (int g0 = 0; g0 < G; g0 += warps) {
@@ -387,8 +512,7 @@ __device__ __forceinline__ void fused_norm_epilogue(const DecodeParams& p, const
     float ss = 0.0f;
     if (g < G)
       for (int j = lane; j < Dv; j += kWarp) {
-        const int r = owner(g, j);
-        const float o = r == grp.rank ? sm.vo[g * Dv + j] : load_peer(&sm.vo[g * Dv + j], r);
+        const float o = sm.out[g * Dv + j];
         ss += o * o;
       }
 #pragma unroll
@@ -398,29 +522,12 @@ __device__ __forceinline__ void fused_norm_epilogue(const DecodeParams& p, const
   __syncthreads();
   with_dtype<IO>(p.o_dtype, [&](auto tag) {
     using E = decltype(tag);
-    for (int i = threadIdx.x; i < G * Dv; i += int(blockDim.x)) {
+    for (int i = grp.lo + int(threadIdx.x); i < grp.hi; i += int(blockDim.x)) {
       const int g = i / Dv, j = i - g * Dv;
-      if (owner(g, j) != grp.rank) continue;
       const int64_t o_off = grp.b * p.o_batch_stride + int64_t(group_head(p, grp.hk, g, G)) * p.o_head_stride + j;
-      static_cast<E*>(p.o)[o_off] = Elem<E>::from_float(sm.w[j] * sm.vo[i] * sm.rstd[g] * silu(sm.z[i]));
+      static_cast<E*>(p.o)[o_off] = Elem<E>::from_float(sm.w[j] * sm.out[i] * sm.rstd[g] * silu(sm.z[i]));
     }
   });
-  if (grp.size > 1) {
-    cluster_arrive_relaxed();  // no block leaves while another may still read its outputs
-    cluster_wait();
-  }
-}
-
-// The end of a fused block: (cluster) block 0 commits the conv state once
-// every block has read it, then the norm epilogue.
-template <typename IO, typename Owner>
-__device__ __forceinline__ void fused_finish(const DecodeParams& p, const Group& grp, const RowSlots& slots,
-                                             const FusedSmem& sm, Owner&& owner) {
-  if (grp.size > 1) {
-    cluster_wait();  // the phase every block arrived at after its prologue
-    if (p.conv_width > 0 && grp.rank == 0 && slots.write) conv_state_commit<IO>(p, grp, slots, sm);
-  }
-  if (p.norm_weight != nullptr) fused_norm_epilogue<IO>(p, grp, sm, owner);
 }
 
 // A padding row of a group: zero the outputs of its G heads (block 0 of a cluster).
@@ -486,11 +593,19 @@ __global__ void __launch_bounds__(8 * kWarp,
     const unsigned b32 = by_hv.div(group);
     b = b32;
     hk = int(group - b32 * unsigned(p.num_k_heads));
-    grp = Group{b, hk, group_heads, int(blockIdx.x - group * unsigned(cluster)), cluster};
+    grp = Group{b, hk, group_heads, int(blockIdx.x - group * unsigned(cluster)), cluster, 0, 0};
     gw = grp.rank * warps + warp;  // the warp's index in the group
     g = gw / warps_per_head;
     h = group_head(p, hk, g, group_heads);
     blk = grp.rank;
+    // The block's columns: from its first warp's first item to its last
+    // warp's last (consecutive warps of a head own consecutive items).
+    const int first = grp.rank * warps, last = first + warps - 1;
+    const int g_first = first / warps_per_head, g_last = last / warps_per_head;
+    const int it_first = (first - g_first * warps_per_head) * items_per_warp;
+    const int it_end = min(items_per_head, (last - g_last * warps_per_head + 1) * items_per_warp);
+    grp.lo = g_first * Dv + min(Dv, it_first * kColsPerItem);
+    grp.hi = g_last * Dv + min(Dv, it_end * kColsPerItem);
   } else {
     const unsigned row_head = by_blocks_per_head.div(blockIdx.x);
     blk = int(blockIdx.x - row_head * by_blocks_per_head.d);
@@ -554,29 +669,36 @@ __global__ void __launch_bounds__(8 * kWarp,
   constexpr int kRingVecs = 0;
 #endif
   const FusedSmem sm(reinterpret_cast<float*>(smem_raw + warps * kRingVecs), kFused ? group_heads : 0, Dk, Dv);
-  // v[j0 + cols[c]] for the held columns (0 past Dv): one dtype branch for the group.
-  auto load_v = [&](int j0, float (&vj)[kColsHeld]) {
+  // v[j0 + cols[c]] for the held columns (0 past Dv), in two steps (see
+  // RawRun): load_v issues the loads (a column past Dv reads the head's
+  // first element instead), convert_v makes the values. (Conv on: the conv
+  // output of the group prologue, in shared memory.)
+  struct VLoad {
+    IoRun<IO, kColsRun ? kColsHeld : 1> run[kColsRun ? 1 : kColsHeld];
+    int j0;
+  };
+  auto load_v = [&](int j0, VLoad& l) {
+    l.j0 = j0;
+    if (kFused && p.conv_width > 0) return;
+#pragma unroll
+    for (int c = 0; c < (kColsRun ? 1 : kColsHeld); ++c) {
+      const int j = j0 + cols[c];
+      l.run[c].load(p.qkv_dtype, p.v, v_base + (j < Dv ? j : 0));
+    }
+  };
+  auto convert_v = [&](const VLoad& l, float (&vj)[kColsHeld]) {
+    const int j0 = l.j0;
     if (kFused && p.conv_width > 0) {
-      // the conv output of the group prologue
 #pragma unroll
       for (int c = 0; c < kColsHeld; ++c) vj[c] = j0 + cols[c] < Dv ? sm.vo[g * Dv + j0 + cols[c]] : 0.0f;
       return;
     }
-    with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
-      using E = decltype(tag);
-      const E* vp = static_cast<const E*>(p.v) + v_base + j0;
-      if constexpr (kColsRun) {
-        if (j0 + cols[0] < Dv) {
-          load_run<E, kColsHeld>(vp + cols[0], vj);
-        } else {
+    if constexpr (kColsRun) {
+      l.run[0].to_float(vj, j0 + cols[0] < Dv);
+    } else {
 #pragma unroll
-          for (int c = 0; c < kColsHeld; ++c) vj[c] = 0.0f;
-        }
-      } else {
-#pragma unroll
-        for (int c = 0; c < kColsHeld; ++c) vj[c] = j0 + cols[c] < Dv ? Elem<E>::to_float(vp[cols[c]]) : 0.0f;
-      }
-    });
+      for (int c = 0; c < kColsHeld; ++c) vj[c] = l.run[c].value(j0 + cols[c] < Dv);
+    }
   };
 #if GDN_VK_RING
   // The warp's ring of kStages item buffers in shared memory. A lane copies
@@ -641,24 +763,35 @@ __global__ void __launch_bounds__(8 * kWarp,
 
   // ---- 1. every load up front: the first item's state (the ring: its first
   // kStages - 1 items'), then q, k, v and the gates, so one memory latency
-  // covers them all.
+  // covers them all. (Fused: the prologue's loads first, then the state's,
+  // unless the launch is programmatic: then the state's go before the wait.)
+  auto issue_state = [&] {
 #if GDN_VK_RING
 #pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) issue_item(item + st, st);
+    for (int st = 0; st < kStages - 1; ++st) issue_item(item + st, st);
 #else
-  issue_item(item, 0);
+    issue_item(item, 0);
 #endif
+  };
+  GDN_MARK(0);
+  if constexpr (kFused) fused_begin(p, grp, sm);
+  if (!kFused || p.programmatic_launch) issue_state();
   // Programmatic launch: the state is on its way; the inputs may still be
   // being written by the previous kernel.
   wait_upstream();
+  GDN_MARK(1);
   if constexpr (kFused) {
-    fused_prologue<IO>(p, grp, slots, sm, cluster == 1);
+    fused_prologue<IO>(p, grp, slots, sm, [&] {
+      if (!p.programmatic_launch) issue_state();
+    });
     __syncthreads();
-    if (cluster > 1) cluster_arrive_relaxed();  // this block has read the old conv windows
+    GDN_MARK(2);
+    fused_arrive(p, grp, sm);
   }
-  float vj[kColsHeld];
-  load_v(item * kColsPerItem, vj);
-
+  // The token's small loads, all issued before any is used (RawRun): v of
+  // the first item, q and k rows, the gates' inputs.
+  VLoad v_first;
+  load_v(item * kColsPerItem, v_first);
   // interleaved: hk = h / G (by_head_map divides by G); tiled: hk = h % Hk
   // (by_head_map divides by Hk).
   if constexpr (!kFused) {
@@ -667,11 +800,32 @@ __global__ void __launch_bounds__(8 * kWarp,
   }
   const int64_t q_base = b * p.q_batch_stride + int64_t(hk) * p.q_head_stride;
   const int64_t k_base = b * p.k_batch_stride + int64_t(hk) * p.k_head_stride;
+  // q and k rows, 0 past Dk. vk holds kVec consecutive rows per chunk (a
+  // chunk starts at a multiple of kVec, which divides 16 and so Dk: all in
+  // range or none): one vector load each; a chunk past Dk reads row 0.
+  IoRun<IO, kVec> q_raw[kInner], k_raw[kInner];
+  const bool qk_global = !(kFused && p.conv_width > 0);
+  if (qk_global) {
+#pragma unroll
+    for (int c = 0; c < kInner; ++c) {
+      const int i = rows[c * kVec] < Dk ? rows[c * kVec] : 0;
+      q_raw[c].load(p.qkv_dtype, p.q, q_base + i);
+      k_raw[c].load(p.qkv_dtype, p.k, k_base + i);
+    }
+  }
+  GateInputs<IO> gate_in;
+  if constexpr (!kFused) gate_in = load_gate_inputs<IO>(p, b, h);
+  // ... then the values.
+  float vj[kColsHeld];
+  convert_v(v_first, vj);
   float qh[kRowsHeld], kh[kRowsHeld];
-  // q and k rows, 0 past Dk: one dtype branch for all of them. vk holds kVec
-  // consecutive rows per chunk (a chunk starts at a multiple of kVec, which
-  // divides 16 and so Dk: all in range or none): one vector load each.
-  if (kFused && p.conv_width > 0) {
+  if (qk_global) {
+#pragma unroll
+    for (int c = 0; c < kInner; ++c) {
+      q_raw[c].to_float(qh + c * kVec, rows[c * kVec] < Dk);
+      k_raw[c].to_float(kh + c * kVec, rows[c * kVec] < Dk);
+    }
+  } else {
     // the conv output of the group prologue
 #pragma unroll
     for (int r = 0; r < kRowsHeld; ++r) {
@@ -679,36 +833,22 @@ __global__ void __launch_bounds__(8 * kWarp,
       qh[r] = i < Dk ? sm.qk[i] : 0.0f;
       kh[r] = i < Dk ? sm.qk[Dk + i] : 0.0f;
     }
-  } else {
-    with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
-      using E = decltype(tag);
-      const E* qp = static_cast<const E*>(p.q) + q_base;
-      const E* kp = static_cast<const E*>(p.k) + k_base;
-#pragma unroll
-      for (int c = 0; c < kInner; ++c) {
-        const int i = rows[c * kVec];
-        if (i < Dk) {
-          load_run<E, kVec>(qp + i, qh + c * kVec);
-          load_run<E, kVec>(kp + i, kh + c * kVec);
-        } else {
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) qh[c * kVec + e] = kh[c * kVec + e] = 0.0f;
-        }
-      }
-    });
   }
   float decay, beta;
   if constexpr (kFused) {
     decay = sm.decay[g];
     beta = sm.beta[g];
   } else {
-    const Gates gates = load_gates<IO>(p, b, h);
+    const Gates gates = finish_gates(p, gate_in);
     decay = gates.decay;
     beta = gates.beta;
   }
 
   // ---- 2. l2norm: the lanes of a column group hold all of Dk between them
   l2_normalize<kReduceLow, kReduceSpan>(p, lane, qh, kh);
+  GDN_MARK(3);
+  if constexpr (kFused) fused_mid<IO>(p, grp, slots, sm);
+  GDN_MARK(4);
   // After the output reduce_scatter, held column out_c sits in the lanes of
   // the span whose value bits name it; the one of them whose lower span bits
   // are zero writes it: every column of the item has exactly one writer.
@@ -725,10 +865,11 @@ __global__ void __launch_bounds__(8 * kWarp,
 #if GDN_VK_RING
     issue_item(item + kStages - 1, stage == 0 ? kStages - 1 : stage - 1);
 #endif
-    float v_next[kColsHeld];
+    VLoad v_next;
     if (has_next) load_v((item + 1) * kColsPerItem, v_next);
     V s[kOuter][kInner];
     fetch_item(item, stage, s);
+    GDN_MARK(5);
 
     const int j0 = item * kColsPerItem;
     // The state element (held row r, held column c):
@@ -768,12 +909,9 @@ __global__ void __launch_bounds__(8 * kWarp,
       }
     // o[j0 + cols[out_c]] = scale * (sum over the span of out[out_c]), written by its one writer lane.
     const float o_val = scale * reduce_scatter<kReduceLow, kReduceSpan, kColsHeld>(out, lane);
-    // The output of a column goes where its v was (sm.vo): every lane's read
-    // of that v before the writer's store.
-    if (kFused && p.norm_weight != nullptr) warp_sync();
     if (writer && j0 + out_col < Dv) {
       if (kFused && p.norm_weight != nullptr) {
-        sm.vo[g * Dv + j0 + out_col] = o_val;  // normalized in the epilogue
+        fused_emit(sm, grp, g * Dv + j0 + out_col, o_val);  // normalized in the epilogue
       } else {
         with_dtype<IO>(p.o_dtype, [&](auto tag) {
           using E = decltype(tag);
@@ -784,15 +922,11 @@ __global__ void __launch_bounds__(8 * kWarp,
 
     if (!has_next) break;
     ++item;
-#pragma unroll
-    for (int c = 0; c < kColsHeld; ++c) vj[c] = v_next[c];
+    convert_v(v_next, vj);
   }
-  if constexpr (kFused) {
-    // Output j of head g: item j / cols of warp g * warps_per_head + item / items_per_warp of the group.
-    fused_finish<IO>(p, grp, slots, sm, [&](int gg, int j) {
-      return (gg * warps_per_head + (j / kColsPerItem) / items_per_warp) / warps;
-    });
-  }
+  GDN_MARK(6);
+  if constexpr (kFused) fused_finish<IO>(p, grp, sm);
+  GDN_MARK(8);
 }
 
 // kv layout: a block of kW warps owns a [Dk x kCols] column tile of one
@@ -816,8 +950,9 @@ __global__ void __launch_bounds__(8 * kWarp,
 // (blockIdx = (b * Hk + hk) * cluster + rank; by_hv divides by Hk; cluster > 1
 // only on sm_90) streaming the tiles T = g * tiles_per_head + tile of its G
 // heads, tiles_per_block of them a block.
-// (Fused blocks keep the 64-register budget and spill a little in the group
-// prologue: 128 registers, tried, lost 10-19% at B = 64 to the halved occupancy.)
+// (Fused blocks keep the 64-register budget: 128 registers, tried, lost
+// 10-19% at B = 64 to the halved occupancy. With the prologue's loads two
+// channels deep only the MixedIO instantiations spill, 24-176 bytes.)
 template <typename T, int kDk, int kW, typename IO, bool kFused>
 __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) : 1)
     decode_kv_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
@@ -845,11 +980,15 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     const unsigned b32 = by_hv.div(group);
     b = b32;
     hk = int(group - b32 * unsigned(p.num_k_heads));
-    grp = Group{b, hk, group_heads, int(blockIdx.x - group * unsigned(cluster)), cluster};
+    grp = Group{b, hk, group_heads, int(blockIdx.x - group * unsigned(cluster)), cluster, 0, 0};
     h0 = group_head(p, hk, 0, group_heads);
     blk = grp.rank;
     t = grp.rank * tiles_per_block;
     t_end = min(group_heads * tiles_per_head, t + tiles_per_block);
+    // The block's columns: from its first tile's first to its last tile's last.
+    const int g_first = t / tiles_per_head, g_last = (t_end - 1) / tiles_per_head;
+    grp.lo = g_first * Dv + (t - g_first * tiles_per_head) * kCols;
+    grp.hi = g_last * Dv + min(Dv, (t_end - g_last * tiles_per_head) * kCols);
   } else {
     const unsigned row_head = by_blocks_per_head.div(blockIdx.x);
     blk = int(blockIdx.x - row_head * by_blocks_per_head.d);
@@ -920,73 +1059,98 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   constexpr int kOutStride = kWarp / kVec;
   const int out_c = (lane / kOutStride) % kVec;
   const bool writer = lane % kOutStride == 0;
-  // v[j] for the lane's column j of tile tt (0 past Dv; the warp's chunk is all in or all out).
-  auto load_v = [&](int tt) -> float {
+  // v[j] for the lane's column j of tile tt (0 past Dv; the warp's chunk is
+  // all in or all out), in two steps (see RawRun): load_v issues the load (a
+  // column past Dv reads the head's first element instead), convert_v makes
+  // the value. (Conv on: the conv output of the group prologue.)
+  struct VLoad {
+    IoRun<IO, 1> run;
+    int tt;
+  };
+  auto load_v = [&](int tt, VLoad& l) {
+    l.tt = tt;
+    if (kFused && p.conv_width > 0) return;
     const Pos q = pos(tt);
     const int j = q.tile * kCols + warp * kVec + out_c;
-    float x = 0.0f;
-    if (j < Dv) {
-      if (kFused && p.conv_width > 0) {
-        x = sm.vo[q.g * Dv + j];  // the conv output of the group prologue
-      } else {
-        const int64_t v_base = b * p.v_batch_stride + int64_t(q.h) * p.v_head_stride;
-        with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
-          using E = decltype(tag);
-          x = Elem<E>::to_float(static_cast<const E*>(p.v)[v_base + j]);
-        });
-      }
-    }
-    return x;
+    l.run.load(p.qkv_dtype, p.v, b * p.v_batch_stride + int64_t(q.h) * p.v_head_stride + (j < Dv ? j : 0));
+  };
+  auto convert_v = [&](const VLoad& l) -> float {
+    const Pos q = pos(l.tt);
+    const int j = q.tile * kCols + warp * kVec + out_c;
+    if (kFused && p.conv_width > 0) return j < Dv ? sm.vo[q.g * Dv + j] : 0.0f;
+    return l.run.value(j < Dv);
   };
 
   // ---- 1. the first kKvStages - 1 tiles' state first; then (programmatic
   // launch: once the previous kernel is done) the group prologue, v, q, k and the gates.
+  // (Fused: the prologue's loads first, then the state's, unless the launch
+  // is programmatic: then the state's go before the wait.)
+  auto issue_state = [&] {
 #pragma unroll
-  for (int st = 0; st < kKvStages - 1; ++st) issue_tile(t + st, st);
+    for (int st = 0; st < kKvStages - 1; ++st) issue_tile(t + st, st);
+  };
+  GDN_MARK(0);
+  if constexpr (kFused) fused_begin(p, grp, sm);
+  if (!kFused || p.programmatic_launch) issue_state();
   wait_upstream();
+  GDN_MARK(1);
   if constexpr (kFused) {
-    fused_prologue<IO>(p, grp, slots, sm, cluster == 1);
+    fused_prologue<IO>(p, grp, slots, sm, [&] {
+      if (!p.programmatic_launch) issue_state();
+    });
     __syncthreads();
-    if (cluster > 1) cluster_arrive_relaxed();  // this block has read the old conv windows
+    GDN_MARK(2);
+    fused_arrive(p, grp, sm);
   }
-  float vj = load_v(t);
-
+  // The token's small loads, all issued before any is used (RawRun): v of
+  // the first tile, q and k rows (a row past Dk reads row 0), the gates' inputs.
+  VLoad v_first;
+  load_v(t, v_first);
   if constexpr (!kFused) {
     const unsigned hq = by_head_map.div(unsigned(h0));
     hk = p.head_map == HeadMap::kInterleaved ? int(hq) : h0 - int(hq) * p.num_k_heads;
   }
-  float qh[kRows], kh[kRows];
-  if (kFused && p.conv_width > 0) {
+  IoRun<IO, 1> q_raw[kRows], k_raw[kRows];
+  const bool qk_global = !(kFused && p.conv_width > 0);
+  if (qk_global) {
+    const int64_t q_base = b * p.q_batch_stride + int64_t(hk) * p.q_head_stride;
+    const int64_t k_base = b * p.k_batch_stride + int64_t(hk) * p.k_head_stride;
 #pragma unroll
     for (int n = 0; n < kRows; ++n) {
-      const int i = lane + n * kWarp;
+      const int i = lane + n * kWarp < Dk ? lane + n * kWarp : 0;
+      q_raw[n].load(p.qkv_dtype, p.q, q_base + i);
+      k_raw[n].load(p.qkv_dtype, p.k, k_base + i);
+    }
+  }
+  GateInputs<IO> gate_in;
+  if constexpr (!kFused) gate_in = load_gate_inputs<IO>(p, b, h0);
+  // ... then the values.
+  float vj = convert_v(v_first);
+  float qh[kRows], kh[kRows];
+#pragma unroll
+  for (int n = 0; n < kRows; ++n) {
+    const int i = lane + n * kWarp;
+    if (qk_global) {
+      qh[n] = q_raw[n].value(i < Dk);
+      kh[n] = k_raw[n].value(i < Dk);
+    } else {
+      // the conv output of the group prologue
       qh[n] = i < Dk ? sm.qk[i] : 0.0f;
       kh[n] = i < Dk ? sm.qk[Dk + i] : 0.0f;
     }
-  } else {
-    const int64_t q_base = b * p.q_batch_stride + int64_t(hk) * p.q_head_stride;
-    const int64_t k_base = b * p.k_batch_stride + int64_t(hk) * p.k_head_stride;
-    with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
-      using E = decltype(tag);
-      const E* qp = static_cast<const E*>(p.q) + q_base;
-      const E* kp = static_cast<const E*>(p.k) + k_base;
-#pragma unroll
-      for (int n = 0; n < kRows; ++n) {
-        const int i = lane + n * kWarp;
-        qh[n] = i < Dk ? Elem<E>::to_float(qp[i]) : 0.0f;
-        kh[n] = i < Dk ? Elem<E>::to_float(kp[i]) : 0.0f;
-      }
-    });
   }
   float decay, beta;
   if constexpr (!kFused) {
-    const Gates gates = load_gates<IO>(p, b, h0);
+    const Gates gates = finish_gates(p, gate_in);
     decay = gates.decay;
     beta = gates.beta;
   }
 
   // ---- 2. l2norm: the 32 lanes of every warp hold all of Dk between them.
   l2_normalize<1, kWarp>(p, lane, qh, kh);
+  GDN_MARK(3);
+  if constexpr (kFused) fused_mid<IO>(p, grp, slots, sm);
+  GDN_MARK(4);
   // ---- 3. the block's tiles, kKvStages - 1 of them in flight while one computes
   for (int stage = 0;; stage = stage + 1 == kKvStages ? 0 : stage + 1) {
     const bool has_next = t + 1 < t_end;
@@ -998,9 +1162,11 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     // Stage stage - 1 held the previous tile: its last readers were this
     // thread's own global stores (after barrier B), so it is free to refill.
     issue_tile(t + kKvStages - 1, stage == 0 ? kKvStages - 1 : stage - 1);
-    const float v_next = has_next ? load_v(t + 1) : 0.0f;
+    VLoad v_next;
+    if (has_next) load_v(t + 1, v_next);
     async_wait<kKvStages - 1>();
     __syncthreads();  // A: every thread's chunks of tile t are in shared memory
+    GDN_MARK(5);
     V* const tile = tiles + stage * (kDk * kPitch);
 
     // u = exp(g) S^T k_hat;  delta = beta (v - u)
@@ -1036,7 +1202,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     const int jo = cur.tile * kCols + warp * kVec + out_c;
     if (writer && jo < Dv) {
       if (kFused && p.norm_weight != nullptr) {
-        sm.vo[cur.g * Dv + jo] = o_val;  // normalized in the epilogue
+        fused_emit(sm, grp, cur.g * Dv + jo, o_val);  // normalized in the epilogue
       } else {
         const int64_t o_base = b * p.o_batch_stride + int64_t(cur.h) * p.o_head_stride;
         with_dtype<IO>(p.o_dtype, [&](auto tag) {
@@ -1058,13 +1224,11 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     }
     if (!has_next) break;
     ++t;
-    vj = v_next;
+    vj = convert_v(v_next);
   }
-  if constexpr (kFused) {
-    // Output j of head g: tile g * tiles_per_head + j / kCols of the group.
-    fused_finish<IO>(p, grp, slots, sm,
-                     [&](int gg, int j) { return (gg * tiles_per_head + j / kCols) / tiles_per_block; });
-  }
+  GDN_MARK(6);
+  if constexpr (kFused) fused_finish<IO>(p, grp, sm);
+  GDN_MARK(8);
 }
 
 // Dynamic shared memory of a block: the ring (vk: kStages items per warp; kv:
