@@ -97,8 +97,12 @@
 //   delta[j] = beta * (v[j] - u[j])
 //   S'[i, j] = exp(g) * S[i, j] + k_hat[i] * delta[j]
 //   o[j]     = scale * sum_i S'[i, j] q_hat[i]
-// State loads are issued first, before q, k and the gates, so their latency
-// overlaps the small loads and the normalization.
+// State loads are issued first, then q, k, v and the gates, so one memory
+// latency covers them all: the small loads go out as raw words and are
+// converted only once every one of them is in flight (RawRun; a conversion
+// in a branch made the warp wait for each load in turn: B = 1 4.4 -> 3.9 us).
+// The fused prologue's loads go out before the state's (they are on the
+// critical path, the state is not), unless the launch is programmatic.
 //
 // Instructions per warp
 // ---------------------
