@@ -213,7 +213,8 @@ void BM_Pdl(benchmark::State& st, Shape shape) {
 // span from the first block's start to the last block's end (global timer).
 // Marks: 0 entry, 1 state issued, 2 prologue done, 3 q/k normalized,
 // 4 after the cluster wait, 5 state in (last item), 6 step done, 7 all
-// outputs in (norm), 8 end.
+// outputs in (norm), 8 end; inside the fused prologue: 9 its loads issued,
+// 10 the state's issued, 11 its arithmetic done, 12 the gates done.
 // How long a kernel waits for its parameters when they are cold: thread 0
 // reads one word from each 64-byte line of a 448-byte parameter block in
 // turn (each read a dependency of the next clock read), after 256 MiB of
@@ -277,14 +278,14 @@ void param_probe_run(double ghz) {
   cudaFree(out);
 }
 
-void trace_one(const Shape& s, bool conv, bool norm, double ghz) {
+void trace_one(const Shape& s, bool conv, bool norm, double ghz, bool hot = false) {
   FusedBed fb(s);
   const size_t words = size_t(1) << 20;
   unsigned long long* buf = nullptr;
   GDN_BENCH_CHECK(cudaMalloc(&buf, words * 8));
   const int n = fb.bed.calls();
   cudaGraphExec_t g = fb.bed.capture(n, [&](const Set& cur, const Set&) {
-    gdn::DecodeParams p = fb.fused(cur, conv, norm);
+    gdn::DecodeParams p = fb.fused(hot ? fb.bed.sets[0] : cur, conv, norm);
     p.invalid_index_count = reinterpret_cast<uint32_t*>(buf);
     check(gdn::decode(p, gdn::Backend::kCuda));
   });
@@ -296,7 +297,7 @@ void trace_one(const Shape& s, bool conv, bool norm, double ghz) {
   std::vector<unsigned long long> h(words);
   GDN_BENCH_CHECK(cudaMemcpy(h.data(), buf, words * 8, cudaMemcpyDeviceToHost));
   cudaFree(buf);
-  std::vector<std::vector<double>> d(9);
+  std::vector<std::vector<double>> d(13);
   std::vector<double> starts;
   unsigned long long g0 = ~0ull, g1 = 0;
   for (size_t blk = 0; blk < words / 16; ++blk) {
@@ -305,15 +306,16 @@ void trace_one(const Shape& s, bool conv, bool norm, double ghz) {
     starts.push_back(double(t[14]));
     g0 = std::min(g0, t[14]);
     g1 = std::max(g1, t[15]);
-    for (int k = 1; k < 9; ++k)
+    for (int k = 1; k < 13; ++k)
       if (t[k] != 0) d[k].push_back(double(t[k] - t[0]) / ghz);
   }
   std::sort(starts.begin(), starts.end());
-  std::printf("%-16s %-10s %7.2f us/call %5zu blocks, starts spread %6.0f ns (median %6.0f), span %6.0f ns |",
-              label(s).c_str(), conv && norm ? "conv+norm" : conv ? "conv" : norm ? "norm" : "step", us,
+  std::printf("%-16s %-14s %7.2f us/call %5zu blocks, starts spread %6.0f ns (median %6.0f), span %6.0f ns |",
+              label(s).c_str(),
+              (std::string(conv && norm ? "conv+norm" : conv ? "conv" : norm ? "norm" : "step") + (hot ? " hot" : "")).c_str(), us,
               starts.size(), starts.empty() ? 0.0 : starts.back() - starts.front(),
               starts.empty() ? 0.0 : starts[starts.size() / 2] - starts.front(), double(g1 - g0));
-  for (int k = 1; k < 9; ++k) {
+  for (int k = 1; k < 13; ++k) {
     if (d[k].empty()) {
       std::printf("  %d: -", k);
       continue;
@@ -341,6 +343,13 @@ int main(int argc, char** argv) {
           const Shape s{B, 16, 32, 128, t, l, false};
           for (int m = 0; m < 4; ++m) trace_one(s, m & 1, m & 2, ghz);
         }
+    // The same calls on one set (everything, the kernel's code too, stays in
+    // L2): what the cold protocol costs each phase.
+    for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16}) {
+      const Shape s{1, 16, 32, 128, t, gdn::Layout::kVK, false};
+      trace_one(s, false, false, ghz, true);
+      trace_one(s, true, true, ghz, true);
+    }
     return 0;
   }
 #endif

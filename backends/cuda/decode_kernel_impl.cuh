@@ -346,13 +346,16 @@ __device__ __forceinline__ void fused_arrive(const DecodeParams& p, const Group&
 //   values (exact through float);
 // - norm: silu(z) of the own columns and norm_weight into shared memory;
 // - the gates of the G heads.
-// Latency is what counts here: a thread issues the loads of up to kPer = 2
-// channels (a block's 256 threads cover the 2 Dk + G Dv = 512 channels of
-// Qwen3.5's groups in one round; 4 made the kv kernels spill at their 64
-// registers), its z values and its gate inputs, then (issue_state) the first
+// Latency is what counts here: a thread issues the loads of up to kPer
+// channels, its z values and its gate inputs, then (issue_state) the first
 // state copies, then uses any of them. The prologue's loads go first so that
 // they do not queue behind the state's; its arithmetic then overlaps the
 // state's arrival.
+// kPer = 2: a block's 256 threads cover Qwen3.5's 2 Dk + G Dv = 512
+// channels in one round. A thread's instructions are what the prologue
+// waits on (bench_fused trace), so more slots cost more than a second round
+// saves: with 4, B = 1 fp32 vk (two of them unused) went 7.25 -> 7.98 us and
+// bf16 vk (4-warp blocks, 272 channels: two rounds with 2) 7.47 -> 7.94.
 template <typename IO, typename Issue>
 __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Group& grp, const RowSlots& slots,
                                                const FusedSmem& sm, Issue&& issue_state) {
@@ -378,6 +381,28 @@ __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Grou
     const E* z = static_cast<const E*>(p.z);
     // group position of conv channel m: q/k first, then the own v columns
     auto position = [&](int m) { return m < n_qk ? m : 2 * Dk + grp.lo + (m - n_qk); };
+    // The loads' addresses are on the critical path too (a thread issues its
+    // loads one instruction at a time, each address a chain of integer
+    // steps: bench_fused trace put the prologue's issue at ~1 us), so the
+    // common case takes no division: the block's own columns within one
+    // head (every cluster geometry of Qwen3.5) make v channel m and z
+    // element m one base plus m.
+    const int g_lo = grp.lo / Dv, j_lo = grp.lo - g_lo * Dv;
+    const bool one_head = j_lo + n_own <= Dv;
+    const int64_t v_first = 2 * int64_t(p.num_k_heads) * Dk + int64_t(group_head(p, grp.hk, g_lo, G)) * Dv + j_lo;
+    const int64_t q_first = int64_t(grp.hk) * Dk, k_first = int64_t(p.num_k_heads + grp.hk) * Dk;
+    auto channel = [&](int m) -> int64_t {
+      if (m < n_qk) return m < Dk ? q_first + m : k_first + (m - Dk);
+      if (one_head) return v_first + (m - n_qk);
+      return group_channel(p, grp.hk, G, position(m));
+    };
+    const E* z_first = z + (n_z > 0 ? grp.b * p.z_batch_stride + int64_t(group_head(p, grp.hk, g_lo, G)) * p.z_head_stride + j_lo : 0);
+    auto z_at = [&](int m) -> const E* {
+      if (one_head) return z_first + m;
+      const int i = grp.lo + m, g = i / Dv, j = i - g * Dv;
+      return z + grp.b * p.z_batch_stride + int64_t(group_head(p, grp.hk, g, G)) * p.z_head_stride + j;
+    };
+    const E* cs_in = cs + in_slot;
     // gate inputs of head tid (tid < G; the others read head 0's, unused)
     const bool gate_thread = tid < G;
     const GateInputs<IO> gin = load_gate_inputs<IO>(p, grp.b, group_head(p, grp.hk, gate_thread ? tid : 0, G));
@@ -385,32 +410,45 @@ __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Grou
       // ---- loads, raw (RawRun): norm_weight and z, then every tap of up to
       // kPer channels. A slot past its range, or a tap past W, reads an
       // in-range stand-in (index 0) instead, so no load sits in a branch of
-      // its own; the arithmetic below ignores it.
+      // its own; the arithmetic below ignores it. One branch per kind of
+      // load, around all kPer slots, so their addresses interleave.
       E nw[kPer], zv[kPer], old[kPer][3], xc[kPer], wv[kPer][4], bv[kPer];
+      if (n_w > 0) {
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        const int m = base + k * nthreads;
-        if (n_w > 0) nw[k] = static_cast<const E*>(p.norm_weight)[m < n_w ? m : 0];
-        if (n_z > 0) {
-          const int i = grp.lo + (m < n_z ? m : 0), g = i / Dv, j = i - g * Dv;
-          zv[k] = z[grp.b * p.z_batch_stride + int64_t(group_head(p, grp.hk, g, G)) * p.z_head_stride + j];
+        for (int k = 0; k < kPer; ++k) {
+          const int m = base + k * nthreads;
+          nw[k] = static_cast<const E*>(p.norm_weight)[m < n_w ? m : 0];
         }
-        if (n_conv > 0) {
-          const int64_t c = group_channel(p, grp.hk, G, position(m < n_conv ? m : 0));
+      }
+      if (n_z > 0) {
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+          const int m = base + k * nthreads;
+          zv[k] = *z_at(m < n_z ? m : 0);
+        }
+      }
+      if (n_conv > 0) {
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+          const int m = base + k * nthreads;
+          const int64_t c = channel(m < n_conv ? m : 0);
           // window = (old[0 .. W-2], xc); indices fixed at compile time (W <= 4)
           // so the window stays in registers.
+          const E* win = cs_in + c * chs;
 #pragma unroll
-          for (int t = 0; t < 3; ++t) old[k][t] = cs[in_slot + c * chs + (t < W - 1 ? t : 0) * tps];
+          for (int t = 0; t < 3; ++t) old[k][t] = win[(t < W - 1 ? t : 0) * tps];
 #pragma unroll
           for (int t = 0; t < 4; ++t) wv[k][t] = wt[c * W + (t < W ? t : 0)];
           xc[k] = x[c];
           if (bias) bv[k] = bias[c];
         }
       }
+      GDN_MARK(9);
       if (!issued) {
         issue_state();
         issued = true;
       }
+      GDN_MARK(10);
       // ---- then the arithmetic and the stores
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
@@ -431,7 +469,7 @@ __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Grou
           // channels, kept for fused_mid
           const bool now = grp.size == 1 || m >= n_qk;
           if (slots.write && (now || m % grp.size == grp.rank)) {
-            const int64_t c = group_channel(p, grp.hk, G, i);
+            const int64_t c = channel(m);
 #pragma unroll
             for (int t = 0; t < 3; ++t)
               if (t < W - 1) {
@@ -445,6 +483,7 @@ __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Grou
         }
       }
     }
+    GDN_MARK(11);
     if (gate_thread) {
       const Gates gt = finish_gates(p, gin);
       sm.decay[tid] = gt.decay;
@@ -452,6 +491,7 @@ __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Grou
     }
   });
   if (!issued) issue_state();
+  GDN_MARK(12);
 }
 
 // Between the prologue and the step (every thread of every block of the
