@@ -199,19 +199,6 @@ __device__ __forceinline__ float warp_shfl_xor(float x, int off) { return __shfl
 __device__ __forceinline__ float warp_shfl(float x, int src) { return __shfl_sync(0xffffffffu, x, src); }
 #endif
 
-// Memory ordering between the lanes of a (physical) warp, for a shared-memory
-// slot one lane reads and another later overwrites: __syncwarp on NVIDIA
-// (shuffles synchronize lanes but order no memory); an AMD wavefront runs in
-// lockstep and issues its LDS accesses in order, so there only the compiler
-// must not move them.
-__device__ __forceinline__ void warp_sync() {
-#if defined(GDN_AMD)
-  __builtin_amdgcn_wave_barrier();
-#else
-  __syncwarp();
-#endif
-}
-
 // ---- element conversions ----------------------------------------------------
 template <typename T> struct Elem;
 template <> struct Elem<float> {
