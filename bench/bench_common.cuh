@@ -63,6 +63,10 @@ struct Shape {
   gdn::DType state;
   gdn::Layout layout;
   bool indexed;  // through a pool with state_indices and padding rows
+  // (indexed) one index array for every call, as an engine passes the same
+  // state_indices to every layer of a step (so it stays in L2), instead of
+  // one per rotating set (every call's index cold)
+  bool shared_index{false};
 };
 
 // One set of everything a call touches.
@@ -129,7 +133,7 @@ struct Bed {
       else
         fill_pool<<<1024, 256>>>(static_cast<__half*>(st.state), pool_elems, uint32_t(i));
       GDN_BENCH_CHECK(cudaGetLastError());
-      if (s.indexed) {
+      if (s.indexed && (!s.shared_index || sets.empty())) {
         GDN_BENCH_CHECK(cudaMalloc(&st.idx, s.B * 4));
         GDN_BENCH_CHECK(cudaMemcpy(st.idx, idx.data(), s.B * 4, cudaMemcpyHostToDevice));
       }
@@ -173,7 +177,7 @@ struct Bed {
     p.o = st.o;
     if (s.indexed) {
       p.index_dtype = gdn::IndexType::kI32;
-      p.state_indices = st.idx;
+      p.state_indices = s.shared_index ? sets[0].idx : st.idx;
     }
     p.stream = stream;
     return p;

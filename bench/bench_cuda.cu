@@ -34,7 +34,8 @@ using namespace gdn_bench;
 std::string label(const Shape& s) {
   char buf[128];
   std::snprintf(buf, sizeof buf, "B=%lld Hk=%d Hv=%d D=%d %s %s%s", (long long)s.B, s.hk, s.hv, s.d,
-                gdn::to_string(s.state), gdn::to_string(s.layout), s.indexed ? " indexed" : "");
+                gdn::to_string(s.state), gdn::to_string(s.layout),
+                s.indexed ? (s.shared_index ? " indexed, one index array" : " indexed") : "");
   return buf;
 }
 
@@ -108,9 +109,11 @@ void register_all() {
       const Shape tp{B, 4, 8, 128, t, gdn::Layout::kVK, false};
       benchmark::RegisterBenchmark(("fused/" + label(tp)).c_str(), BM_Fused, tp)
           ->UseManualTime()->Iterations(1)->Unit(benchmark::kMicrosecond);
-      const Shape ix{B, 16, 32, 128, t, gdn::Layout::kVK, true};
-      benchmark::RegisterBenchmark(("fused/" + label(ix)).c_str(), BM_Fused, ix)
-          ->UseManualTime()->Iterations(1)->Unit(benchmark::kMicrosecond);
+      for (bool shared : {false, true}) {
+        const Shape ix{B, 16, 32, 128, t, gdn::Layout::kVK, true, shared};
+        benchmark::RegisterBenchmark(("fused/" + label(ix)).c_str(), BM_Fused, ix)
+            ->UseManualTime()->Iterations(1)->Unit(benchmark::kMicrosecond);
+      }
     }
   // The unfused baseline at the main shape.
   for (gdn::DType t : states)

@@ -211,10 +211,12 @@ void BM_Pdl(benchmark::State& st, Shape shape) {
 // per mark: the median and the largest time since the block's first mark,
 // in ns at the SM clock; plus the spread of the blocks' start times and the
 // span from the first block's start to the last block's end (global timer).
-// Marks: 0 entry, 1 state issued, 2 prologue done, 3 q/k normalized,
-// 4 after the cluster wait, 5 state in (last item), 6 step done, 7 all
-// outputs in (norm), 8 end; inside the fused prologue: 9 its loads issued,
-// 10 the state's issued, 11 its arithmetic done, 12 the gates done.
+// Marks: 0 entry, 1 entry work done (the state issued under PDL), 2
+// prologue done, 3 q/k normalized, 4 after the cluster wait, 5 state in
+// (last item), 6 step done, 7 all outputs in (norm), 8 end; inside the
+// fused prologue: 9 its loads issued, 10 the state's issued, 11 its
+// arithmetic done, 12 the gates done; in the step kernels (no prologue): 9
+// the small loads issued, 10 the state's.
 // How long a kernel waits for its parameters when they are cold: thread 0
 // reads one word from each 64-byte line of a 448-byte parameter block in
 // turn (each read a dependency of the next clock read), after 256 MiB of
@@ -223,9 +225,19 @@ void BM_Pdl(benchmark::State& st, Shape shape) {
 struct ParamBlock {
   unsigned long long w[56];
 };
-__global__ void param_probe(const __grid_constant__ ParamBlock b, unsigned long long* out) {
+// prefetch: first one indexed load (LDC, issued without waiting) from every
+// line at once, so the timed chain shows whether that warms the constant
+// cache the direct operands read.
+__global__ void param_probe(const __grid_constant__ ParamBlock b, unsigned long long* out, bool prefetch) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   unsigned long long t, acc = 0;
+  if (prefetch) {
+    const unsigned z = blockIdx.y;  // 0, unknown to the compiler
+    unsigned long long pre = 0;
+#pragma unroll
+    for (int l = 0; l < 7; ++l) pre ^= b.w[z + 8 * l];
+    out[9] = pre;  // waits for all of them
+  }
   asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)::"memory");
   out[0] = t;
 #pragma unroll
@@ -246,14 +258,14 @@ void param_probe_run(double ghz) {
   for (int i = 0; i < 56; ++i) pb.w[i] = i;
   cudaStream_t s;
   GDN_BENCH_CHECK(cudaStreamCreate(&s));
-  for (int mode = 0; mode < 2; ++mode) {
+  for (int mode = 0; mode < 3; ++mode) {
     for (int rep = 0; rep < 3; ++rep) {
-      if (mode == 0) {
+      if (mode != 1) {
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         GDN_BENCH_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         GDN_BENCH_CHECK(cudaMemsetAsync(flush, rep, flush_bytes, s));
-        param_probe<<<1, 32, 0, s>>>(pb, out);
+        param_probe<<<1, 32, 0, s>>>(pb, out, mode == 2);
         GDN_BENCH_CHECK(cudaStreamEndCapture(s, &graph));
         GDN_BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
         GDN_BENCH_CHECK(cudaGraphLaunch(exec, s));
@@ -263,12 +275,13 @@ void param_probe_run(double ghz) {
         cudaGraphDestroy(graph);
       } else {
         GDN_BENCH_CHECK(cudaMemsetAsync(flush, rep, flush_bytes, s));
-        param_probe<<<1, 32, 0, s>>>(pb, out);
+        param_probe<<<1, 32, 0, s>>>(pb, out, false);
         GDN_BENCH_CHECK(cudaStreamSynchronize(s));
       }
       unsigned long long h[9];
       GDN_BENCH_CHECK(cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost));
-      std::printf("param probe (%s launch), ns to each next 64-byte line of parameters:", mode == 0 ? "graph" : "stream");
+      std::printf("param probe (%s launch), ns to each next 64-byte line of parameters:",
+                  mode == 0 ? "graph" : mode == 1 ? "stream" : "graph, prefetched");
       for (int l = 1; l < 8; ++l) std::printf(" %6.0f", double(h[l] - h[l - 1]) / ghz);
       std::printf("\n");
     }
@@ -325,6 +338,72 @@ void trace_one(const Shape& s, bool conv, bool norm, double ghz, bool hot = fals
   }
   std::printf("\n");
 }
+
+// The calls of a graph back to back: each call gets its own trace region (the
+// kernels' global-timer marks 0 and 8, slots 14 and 15 of every block), so
+// per call the span from its first block's start to its last block's end and
+// the gap to the next call's first block show what a call costs outside its
+// blocks (launch, drain). The copy floor's kernel, with the same two marks,
+// over the same rotating state, for comparison.
+__global__ void copy_kernel_traced(const uint4* __restrict__ src, uint4* __restrict__ dst, int64_t n,
+                                   unsigned long long* trace) {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  if (threadIdx.x == 0) trace[size_t(blockIdx.x) * 16 + 14] = t;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += stride) dst[i] = src[i];
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  if (threadIdx.x == 0) trace[size_t(blockIdx.x) * 16 + 15] = t;
+}
+void trace_calls(const Shape& s, bool copy) {
+  FusedBed fb(s);
+  const int n = fb.bed.calls();
+  const size_t per_call = size_t(8192) * 16;  // words: up to 8192 blocks a call
+  unsigned long long* buf = nullptr;
+  GDN_BENCH_CHECK(cudaMalloc(&buf, n * per_call * 8));
+  int sms = 0;
+  GDN_BENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int64_t vecs = int64_t(fb.bed.state_bytes / 16);
+  const unsigned copy_blocks = unsigned(std::min<int64_t>((vecs + 255) / 256, int64_t(sms) * 8));
+  int c = 0;
+  cudaGraphExec_t g = fb.bed.capture(n, [&](const Set& cur, const Set&) {
+    unsigned long long* t = buf + size_t(c++) * per_call;
+    if (copy) {
+      copy_kernel_traced<<<copy_blocks, 256, 0, fb.bed.stream>>>(static_cast<const uint4*>(cur.state),
+                                                                 static_cast<uint4*>(fb.bed.scratch), vecs, t);
+    } else {
+      gdn::DecodeParams p = fb.fused(cur, false, false);
+      p.invalid_index_count = reinterpret_cast<uint32_t*>(t);
+      check(gdn::decode(p, gdn::Backend::kCuda));
+    }
+  });
+  const double us = fb.bed.time_graph(g, n);
+  GDN_BENCH_CHECK(cudaMemset(buf, 0, n * per_call * 8));
+  GDN_BENCH_CHECK(cudaGraphLaunch(g, fb.bed.stream));
+  GDN_BENCH_CHECK(cudaStreamSynchronize(fb.bed.stream));
+  cudaGraphExecDestroy(g);
+  std::vector<unsigned long long> h(n * per_call);
+  GDN_BENCH_CHECK(cudaMemcpy(h.data(), buf, h.size() * 8, cudaMemcpyDeviceToHost));
+  cudaFree(buf);
+  std::vector<double> first(n, 1e30), last(n, 0), span, gap;
+  for (int i = 0; i < n; ++i)
+    for (size_t blk = 0; blk < 8192; ++blk) {
+      const unsigned long long* t = &h[i * per_call + blk * 16];
+      if (t[14] == 0) continue;
+      first[i] = std::min(first[i], double(t[14]));
+      last[i] = std::max(last[i], double(t[15]));
+    }
+  for (int i = 0; i < n; ++i) {
+    span.push_back(last[i] - first[i]);
+    if (i + 1 < n) gap.push_back(first[i + 1] - last[i]);
+  }
+  std::sort(span.begin(), span.end());
+  std::sort(gap.begin(), gap.end());
+  std::printf("%-16s %-5s %7.2f us/call: span (first block start to last block end) median %5.0f ns, min %5.0f; "
+              "gap to the next call median %5.0f ns, min %5.0f (%d calls)\n",
+              label(s).c_str(), copy ? "copy" : "step", us, span[span.size() / 2], span.front(), gap[gap.size() / 2],
+              gap.front(), n);
+}
 #endif
 
 }  // namespace
@@ -350,6 +429,12 @@ int main(int argc, char** argv) {
       trace_one(s, false, false, ghz, true);
       trace_one(s, true, true, ghz, true);
     }
+    for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
+      for (int64_t B : {1, 8}) {
+        trace_calls(Shape{B, 16, 32, 128, t, gdn::Layout::kVK, false}, true);
+        trace_calls(Shape{B, 16, 32, 128, t, gdn::Layout::kVK, false}, false);
+        trace_calls(Shape{B, 16, 32, 128, t, gdn::Layout::kKV, false}, false);
+      }
     return 0;
   }
 #endif

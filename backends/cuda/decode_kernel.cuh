@@ -39,8 +39,7 @@
 //
 // How V is split by batch size (vk; kv splits it by tiles, as above)
 // -----------------------------------------------------------------
-// Large B*Hv: 2 items a warp (16-bit states: 4 once the grid runs >= 4
-// waves) and up to 8 warps a block, so a head's Dv outputs are one block
+// Large B*Hv: 2 items a warp and up to 8 warps a block, so a head's Dv outputs are one block
 // (bf16 at Dv = 128: 16 items of 8 columns, 4 warps) or two consecutive ones
 // (fp32: 32 items of 4 columns, 16 warps). Streaming items with the next one
 // in flight took B = 512 from 1.91x to 1.06x the copy floor; 2 items rather
@@ -88,21 +87,28 @@
 //   blocks' outputs through distributed shared memory, the barriers and
 //   their fences were a fifth of the fused kernel's samples at B = 1).
 //
-// Programmatic launch (sm_90): every kernel issues its first state loads,
-// then waits for the previous kernel (griddepcontrol.wait, a no-op without
-// PDL) before it reads the token's inputs.
+// Programmatic launch (sm_90): with the flag, every kernel issues its first
+// state loads, then waits for the previous kernel (griddepcontrol.wait)
+// before it reads the token's inputs.
 //
-// Per warp item (kv: per warp and tile), in fp32 (S as stored, decay applied on the fly):
-//   u[j]     = exp(g) * sum_i S[i, j] k_hat[i]
-//   delta[j] = beta * (v[j] - u[j])
+// Per warp item (kv: per warp and tile), in fp32 (S as stored, decay applied on the fly),
+// in SPEC §1's one-pass form (o from the old state):
+//   sk[j]    = sum_i S[i, j] k_hat[i],   sq[j] = sum_i S[i, j] q_hat[i]
+//   delta[j] = beta * (v[j] - exp(g) * sk[j])
 //   S'[i, j] = exp(g) * S[i, j] + k_hat[i] * delta[j]
-//   o[j]     = scale * sum_i S'[i, j] q_hat[i]
-// State loads are issued first, then q, k, v and the gates, so one memory
+//   o[j]     = scale * (exp(g) * sq[j] + (k_hat . q_hat) * delta[j])
+// (= scale * sum_i S'[i, j] q_hat[i]): both sums of a column go through one
+// butterfly, so after the state lands a column waits for one reduction, not
+// two in a row; k_hat . q_hat comes with the l2norm's sums.
+// q, k, v and the gates are loaded first, then the state, so one memory
 // latency covers them all: the small loads go out as raw words and are
 // converted only once every one of them is in flight (RawRun; a conversion
 // in a branch made the warp wait for each load in turn: B = 1 4.4 -> 3.9 us).
-// The fused prologue's loads go out before the state's (they are on the
-// critical path, the state is not), unless the launch is programmatic.
+// They go before the state's copies because they are the longer path (loaded,
+// then normalized before any state is used) and, issued behind 2 KiB of
+// copies a warp, they waited for the memory pipeline (bench_fused trace,
+// B = 1 fp32 vk cold: issued 1.3 us into the kernel). The fused prologue's
+// loads go first likewise. A programmatic launch issues the state's first.
 //
 // Instructions per warp
 // ---------------------
@@ -116,11 +122,11 @@
 //   per element; q/k rows and v columns move as vectors when their address
 //   is aligned (element-wise otherwise);
 // - the sums over a column's lanes run as one reduce-scatter butterfly for
-//   all the columns a lane holds (kC - 1 + log2(span / kC) shuffles instead
-//   of kC * log2(span)), with the same additions in the same order as the
-//   one-value butterfly, so the results are bitwise those of it; u is then
-//   gathered back to every lane, and each output column is written by the
-//   one lane that holds its sum.
+//   all the sums a lane holds (2 kC - 1 + log2(span / 2 kC) shuffles for
+//   the two sums of kC columns, instead of 2 kC * log2(span)), with the same
+//   additions in the same order as the one-value butterfly, so the results
+//   are bitwise those of it; delta is then gathered back to every lane, and
+//   each output column is written by one lane that holds its sums.
 #pragma once
 
 // One source, two vendors: compiled as HIP (GDN_HIP) the vendor header maps
@@ -501,20 +507,24 @@ constexpr int cols_per_item() {
 // - vk: 16 values a lane for fp32; 32 values for 16-bit states, whose 16-byte
 //   vectors hold twice the elements (bf16 B = 512: 1.28x -> 1.14x the copy
 //   floor, B = 8: 2.48x -> 2.01x, on the kernel before the ring); items a
-//   warp up to 2 (fp32) or 4 (16-bit), see plan_launch;
+//   warp up to 2, see plan_launch;
 // - kv: the tile parameter is kW, the warps of a block = 16-byte chunks of a
 //   row in a tile: 8 (128-byte row segments; beats 2 and 4 from B = 32 up,
 //   e.g. fp32 B = 512 1.09x vs 1.24x and 1.76x), and up to 4 tiles a block
-//   (items_per_warp counts the tiles a block streams through for kv).
+//   (items_per_warp counts the tiles a block streams through for kv; fp32
+//   states take one once two a block would not fit one wave, see plan_launch).
 template <typename T, Layout kLayout>
 constexpr int default_tile_param() {
   return kLayout == Layout::kVK ? (sizeof(T) == 4 ? 16 : 32) : 8;
 }
 template <typename T, Layout kLayout>
 constexpr int default_items_per_warp() {
-  // vk: the cap of plan_launch's rule (tune_cuda vk on the cp.async ring:
-  // fp32 best at 2 items from B = 8 up, 16-bit at 2-4); kv: 4 tiles.
-  return kLayout == Layout::kVK ? (sizeof(T) == 4 ? 2 : 4) : 4;
+  // vk: the cap of plan_launch's rule, 2 (tune_cuda vk on the one-pass
+  // kernel, 2026-11-30: fp32 best at 2 items from B = 8 up but for B = 128,
+  // 1.6% faster at 1; 16-bit at 2, e.g. bf16 B = 128 69.7 us against 71.0
+  // at 4, B = 512 266.0 against 270.2); kv: 4 tiles.
+  (void)sizeof(T);
+  return kLayout == Layout::kVK ? 2 : 4;
 }
 
 // Largest group a fused block owns (G = Hv / Hk v-heads): a vk warp works on
@@ -535,6 +545,13 @@ struct Launch {
   int group_heads{1};
   int warps_per_head{0};
   int cluster{1};  // blocks a group is split over (sm_90 thread-block clusters); 1 elsewhere
+  // (step) q, k, v and the gates are loaded before the state: when every
+  // warp (vk) or block (kv) has one item and the whole grid is resident at
+  // once, the call is one round of memory latency and the small loads, the
+  // longer path, must not queue behind the state's copies (B = 1 fp32 vk
+  // 3.92 -> 3.61 us); in longer grids the state's stream comes first (fp32
+  // B = 8 and bf16 kv from B = 32 up lost 1-4% the other way).
+  bool small_loads_first{false};
 };
 
 // The geometry the library picks for p on a GPU with `sms` multiprocessors.

@@ -21,23 +21,31 @@ namespace GDN_KERNEL_NS {
 // with the sum of value
 //   col(l) = (l / kStride) % kC,   kStride = kLow * kSpan / kC
 // (the bits of the first log2(kC) offsets, highest first, name the value).
+// One halving step of reduce_scatter (offset kOff, kN values left), then the
+// next: a template recursion, so every index is a constant (a loop over
+// both the count and the offset was not unrolled at kC = 16 and put the
+// values in local memory).
+template <int kN, int kOff, int kC>
+__device__ __forceinline__ void reduce_halves(float (&x)[kC], int lane) {
+  if constexpr (kN > 1) {
+    // The lane with the offset bit set keeps the upper half x[k + n/2].
+    const bool upper = (lane & kOff) != 0;
+#pragma unroll
+    for (int k = 0; k < kN / 2; ++k) {
+      const float keep = upper ? x[k + kN / 2] : x[k];
+      const float send = upper ? x[k] : x[k + kN / 2];
+      x[k] = keep + warp_shfl_xor(send, kOff);
+    }
+    reduce_halves<kN / 2, kOff / 2>(x, lane);
+  }
+}
 template <int kLow, int kSpan, int kC>
 __device__ __forceinline__ float reduce_scatter(const float (&v)[kC], int lane) {
   static_assert(kC >= 1 && (kC & (kC - 1)) == 0 && kC <= kSpan, "kC: a power of two up to kSpan");
   float x[kC];
 #pragma unroll
   for (int c = 0; c < kC; ++c) x[c] = v[c];
-#pragma unroll
-  for (int n = kC, off = kLow * kSpan / 2; n > 1; n /= 2, off /= 2) {
-    // The lane with the offset bit set keeps the upper half x[k + n/2].
-    const bool upper = (lane & off) != 0;
-#pragma unroll
-    for (int k = 0; k < n / 2; ++k) {
-      const float keep = upper ? x[k + n / 2] : x[k];
-      const float send = upper ? x[k] : x[k + n / 2];
-      x[k] = keep + warp_shfl_xor(send, off);
-    }
-  }
+  reduce_halves<kC, kLow * kSpan / 2>(x, lane);
 #pragma unroll
   for (int off = kLow * kSpan / (2 * kC); off >= kLow; off /= 2) x[0] += warp_shfl_xor(x[0], off);
   return x[0];
@@ -147,19 +155,21 @@ __device__ __forceinline__ Gates finish_gates(const DecodeParams& p, const GateI
 }
 
 // l2norm of q and k, whose Dk rows the kSpan lanes (stride kLow) hold
-// between them, kN rows a lane: both sums of squares through one two-value
-// butterfly, then every lane scales its rows.
+// between them, kN rows a lane: the sums of squares and q.k through one
+// butterfly, then every lane scales its rows. Returns k_hat . q_hat, which
+// the one-pass output needs (below).
 template <int kLow, int kSpan, int kN>
-__device__ __forceinline__ void l2_normalize(const DecodeParams& p, int lane, float (&qh)[kN],
-                                             float (&kh)[kN]) {
-  float qq = 0.0f, kk = 0.0f;
+__device__ __forceinline__ float l2_normalize(const DecodeParams& p, int lane, float (&qh)[kN], float (&kh)[kN]) {
+  static_assert(kSpan >= 4, "the three sums need a span of 4 lanes");
+  float qq = 0.0f, kk = 0.0f, qk = 0.0f;
 #pragma unroll
   for (int r = 0; r < kN; ++r) {
     qq += qh[r] * qh[r];
     kk += kh[r] * kh[r];
+    qk += qh[r] * kh[r];
   }
-  float ss[2] = {qq, kk};
-  all_gather<kLow, kSpan, 2>(reduce_scatter<kLow, kSpan, 2>(ss, lane), lane, ss);
+  float ss[4] = {qq, kk, qk, 0.0f};
+  all_gather<kLow, kSpan, 4>(reduce_scatter<kLow, kSpan, 4>(ss, lane), lane, ss);
   const float inv_q = inv_norm(ss[0], p.l2norm, p.l2norm_eps);
   const float inv_k = inv_norm(ss[1], p.l2norm, p.l2norm_eps);
 #pragma unroll
@@ -167,7 +177,53 @@ __device__ __forceinline__ void l2_normalize(const DecodeParams& p, int lane, fl
     qh[r] *= inv_q;
     kh[r] *= inv_k;
   }
+  // k_hat . q_hat = (k . q) / (|k| |q|)
+  return ss[2] * inv_q * inv_k;
 }
+
+// The update and output of kC columns from the *old* state in one pass (SPEC
+// §1 allows it): with sk = S^T k_hat and sq = S^T q_hat of a column,
+//   delta = beta (v - exp(g) sk)
+//   o     = scale (exp(g) sq + (k_hat . q_hat) delta)
+// which is scale S'^T q_hat for S' = exp(g) S + k_hat delta^T. Both sums of
+// every column go through one butterfly, so a column's output waits for one
+// reduction after the state lands instead of two in a row (the second over
+// S', after the update), and the state's stores no longer sit in front of it.
+// ak[c], aq[c]: this lane's partial sums of held column c, over its rows.
+// After the butterfly (value 2c = sk, 2c + 1 = sq of column c) lane l holds
+// column col(l) = (l / (2 kStride)) % kC, with its partner (lane ^ kStride)
+// holding the other sum of that column: both compute the column's delta,
+// and every lane gathers the delta of each held column. Returns the output of
+// column col(l); lanes whose span bits below 2 kStride are zero write it (one
+// writer a column), which are the writers of reduce_scatter over kC values.
+template <int kLow, int kSpan, int kC>
+struct OnePass {
+  static_assert(2 * kC <= kSpan, "one-pass: two sums per column over the span");
+  static constexpr int kStride = kLow * kSpan / (2 * kC);
+  static __device__ __forceinline__ int col(int lane) { return (lane / (2 * kStride)) % kC; }
+  static __device__ __forceinline__ bool writer(int lane) { return (lane / kLow) % (kSpan / kC) == 0; }
+  // v_col: v of column col(lane).
+  static __device__ __forceinline__ float run(const float (&ak)[kC], const float (&aq)[kC], float v_col, float decay,
+                                              float beta, float kq, float scale, int lane, float (&delta)[kC]) {
+    float sums[2 * kC];
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+      sums[2 * c] = ak[c];
+      sums[2 * c + 1] = aq[c];
+    }
+    const float mine = reduce_scatter<kLow, kSpan, 2 * kC>(sums, lane);
+    const float other = warp_shfl_xor(mine, kStride);
+    const bool holds_q = (lane & kStride) != 0;
+    const float sk = holds_q ? other : mine, sq = holds_q ? mine : other;
+    // delta = beta (v - exp(g) sk)
+    const float d = beta * (v_col - decay * sk);
+    const int base = lane & ~((2 * kC - 1) * kStride);
+#pragma unroll
+    for (int c = 0; c < kC; ++c) delta[c] = warp_shfl(d, base | (2 * c * kStride));
+    // o = scale (exp(g) sq + (k_hat . q_hat) delta)
+    return scale * (decay * sq + kq * d);
+  }
+};
 
 // ---- the fused prologue and epilogue (conv1d update, gated RMSNorm) --------
 // With either on (kFused), a group is row b and k-head hk with its G v-heads
@@ -599,7 +655,7 @@ __global__ void __launch_bounds__(8 * kWarp,
                                   GDN_VK_RING && !kFused ? (sizeof(T) == 4 ? 1024 : 768) / (8 * kWarp) : 2 / (1 + !GDN_VK_RING))
     decode_kernel(const __grid_constant__ DecodeParams p, int items_per_head, int items_per_warp,
                   FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale, int group_heads,
-                  int warps_per_head, int cluster) {
+                  int warps_per_head, int cluster, bool small_loads_first) {
   // The vk kernel (kv runs decode_kv_kernel below).
   static_assert(kLayout == Layout::kVK, "kv runs decode_kv_kernel");
   constexpr int kColsPerItem = cols_per_item<T, kLayout, kDk, kP>();
@@ -803,10 +859,15 @@ __global__ void __launch_bounds__(8 * kWarp,
   };
 #endif
 
-  // ---- 1. every load up front: the first item's state (the ring: its first
-  // kStages - 1 items'), then q, k, v and the gates, so one memory latency
-  // covers them all. (Fused: the prologue's loads first, then the state's,
-  // unless the launch is programmatic: then the state's go before the wait.)
+  // ---- 1. every load up front, so one memory latency covers them all: the
+  // first item's state (the ring: its first kStages - 1 items') and q, k, v
+  // and the gates. In a one-round grid (small_loads_first, see Launch) the
+  // small loads go first: they are the longer path (loaded, then normalized
+  // before the state is used) and, behind the state's copies, they wait for
+  // the memory pipeline (B = 1 fp32 vk, cold: issued 1.3 us into the
+  // kernel). (Fused: the prologue's loads first, then the state's. A
+  // programmatic launch issues the state's before the wait: the inputs may
+  // still be being written by the previous kernel.)
   auto issue_state = [&] {
 #if GDN_VK_RING
 #pragma unroll
@@ -817,14 +878,13 @@ __global__ void __launch_bounds__(8 * kWarp,
   };
   GDN_MARK(0);
   if constexpr (kFused) fused_begin(p, grp, sm);
-  if (!kFused || p.programmatic_launch) issue_state();
-  // Programmatic launch: the state is on its way; the inputs may still be
-  // being written by the previous kernel.
+  const bool state_first = p.programmatic_launch || (!kFused && !small_loads_first);
+  if (state_first) issue_state();
   wait_upstream();
   GDN_MARK(1);
   if constexpr (kFused) {
     fused_prologue<IO>(p, grp, slots, sm, [&] {
-      if (!p.programmatic_launch) issue_state();
+      if (!state_first) issue_state();
     });
     __syncthreads();
     GDN_MARK(2);
@@ -856,7 +916,12 @@ __global__ void __launch_bounds__(8 * kWarp,
     }
   }
   GateInputs<IO> gate_in;
-  if constexpr (!kFused) gate_in = load_gate_inputs<IO>(p, b, h);
+  if constexpr (!kFused) {
+    gate_in = load_gate_inputs<IO>(p, b, h);
+    GDN_MARK(9);  // (the fused prologue has its own marks 9-12)
+    if (!state_first) issue_state();
+    GDN_MARK(10);
+  }
   // ... then the values.
   float vj[kColsHeld];
   convert_v(v_first, vj);
@@ -887,16 +952,16 @@ __global__ void __launch_bounds__(8 * kWarp,
   }
 
   // ---- 2. l2norm: the lanes of a column group hold all of Dk between them
-  l2_normalize<kReduceLow, kReduceSpan>(p, lane, qh, kh);
+  const float kq = l2_normalize<kReduceLow, kReduceSpan>(p, lane, qh, kh);
   GDN_MARK(3);
   if constexpr (kFused) fused_mid<IO>(p, grp, slots, sm);
   GDN_MARK(4);
-  // After the output reduce_scatter, held column out_c sits in the lanes of
-  // the span whose value bits name it; the one of them whose lower span bits
-  // are zero writes it: every column of the item has exactly one writer.
-  constexpr int kOutStride = kReduceLow * kReduceSpan / kColsHeld;
-  const int out_c = (lane / kOutStride) % kColsHeld;
-  const bool writer = (lane / kReduceLow) % (kReduceSpan / kColsHeld) == 0;
+  // After the one-pass butterfly (OnePass), held column out_c's sums sit in
+  // the lanes of the span whose value bits name it; one of them writes its
+  // output: every column of the item has exactly one writer.
+  using Pass = OnePass<kReduceLow, kReduceSpan, kColsHeld>;
+  const int out_c = Pass::col(lane);
+  const bool writer = Pass::writer(lane);
   // cols[out_c] without a run-time array index (which would go to local memory).
   const int out_col = out_c * VkT::kColsPerStep + lane / VkT::kLanesPerCol;
 
@@ -916,23 +981,25 @@ __global__ void __launch_bounds__(8 * kWarp,
     const int j0 = item * kColsPerItem;
     // The state element (held row r, held column c):
     auto elem = [&](int r, int c) -> float { return Elem<T>::to_float(s[c][r / kVec].x[r % kVec]); };
-    // u = exp(g) S^T k_hat;  delta = beta (v - u)
-    float delta[kColsHeld], out[kColsHeld], acc[kColsHeld];
+    // Partial sums over the lane's rows: S^T k_hat and S^T q_hat
+    float ak[kColsHeld], aq[kColsHeld], delta[kColsHeld];
 #pragma unroll
     for (int c = 0; c < kColsHeld; ++c) {
-      acc[c] = 0.0f;
+      ak[c] = 0.0f;
+      aq[c] = 0.0f;
 #pragma unroll
-      for (int r = 0; r < kRowsHeld; ++r) acc[c] += elem(r, c) * kh[r];
+      for (int r = 0; r < kRowsHeld; ++r) {
+        ak[c] += elem(r, c) * kh[r];
+        aq[c] += elem(r, c) * qh[r];
+      }
     }
-    // Sum over the span, then hand every lane all the columns' sums.
-    all_gather<kReduceLow, kReduceSpan, kColsHeld>(reduce_scatter<kReduceLow, kReduceSpan, kColsHeld>(acc, lane),
-                                                   lane, acc);
+    // v of the lane's output column (a select chain: no run-time array index)
+    float v_out = vj[0];
 #pragma unroll
-    for (int c = 0; c < kColsHeld; ++c) {
-      delta[c] = beta * (vj[c] - decay * acc[c]);
-      out[c] = 0.0f;
-    }
-    // S' = exp(g) S + k_hat delta;  o = scale S'^T q_hat
+    for (int c = 1; c < kColsHeld; ++c) v_out = out_c == c ? vj[c] : v_out;
+    // delta of every held column, and o[j0 + cols[out_c]] (one pass, see OnePass)
+    const float o_val = Pass::run(ak, aq, v_out, decay, beta, kq, scale, lane, delta);
+    // S' = exp(g) S + k_hat delta
 #pragma unroll
     for (int o = 0; o < kOuter; ++o)
 #pragma unroll
@@ -941,16 +1008,11 @@ __global__ void __launch_bounds__(8 * kWarp,
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
           const int r = ci * kVec + e;
-          const int c = o;
-          const float sn = decay * elem(r, c) + kh[r] * delta[c];
-          out[c] += sn * qh[r];
-          n.x[e] = Elem<T>::from_float(sn);
+          n.x[e] = Elem<T>::from_float(decay * elem(r, o) + kh[r] * delta[o]);
         }
         const int i = vec_row(o, ci), j = vec_col(o, j0);
         if (slots.write && i < Dk && j < Dv) *reinterpret_cast<V*>(s_out + vec_off(i, j)) = n;
       }
-    // o[j0 + cols[out_c]] = scale * (sum over the span of out[out_c]), written by its one writer lane.
-    const float o_val = scale * reduce_scatter<kReduceLow, kReduceSpan, kColsHeld>(out, lane);
     if (writer && j0 + out_col < Dv) {
       if (kFused && p.norm_weight != nullptr) {
         fused_emit(sm, grp, g * Dv + j0 + out_col, o_val);  // normalized in the epilogue
@@ -999,7 +1061,7 @@ template <typename T, int kDk, int kW, typename IO, bool kFused>
 __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) : 1)
     decode_kv_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
                      FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale, int group_heads,
-                     int cluster) {
+                     int cluster, bool small_loads_first) {
   using Tile = KvSmemTile<T, kDk, kW>;
   using V = Vec<T>;
   constexpr int kVec = V::kN, kRows = Tile::kRows, kCols = Tile::kCols, kPitch = Tile::kPitch;
@@ -1094,13 +1156,12 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     }
     async_commit();
   };
-  // After a reduce_scatter over the warp, lane l holds column
-  // (l / kOutStride) % kVec of the warp's chunk (reduce_scatter's col(l)); it
-  // loads v of that column only, forms delta there, and the lanes with
-  // l % kOutStride == 0 write that column's output (one writer each).
-  constexpr int kOutStride = kWarp / kVec;
-  const int out_c = (lane / kOutStride) % kVec;
-  const bool writer = lane % kOutStride == 0;
+  // After the one-pass butterfly (OnePass) lane l holds column out_c of the
+  // warp's chunk; it loads v of that column only, forms delta there, and one
+  // lane a column writes the output.
+  using Pass = OnePass<1, kWarp, kVec>;
+  const int out_c = Pass::col(lane);
+  const bool writer = Pass::writer(lane);
   // v[j] for the lane's column j of tile tt (0 past Dv; the warp's chunk is
   // all in or all out), in two steps (see RawRun): load_v issues the load (a
   // column past Dv reads the head's first element instead), convert_v makes
@@ -1123,22 +1184,24 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     return l.run.value(j < Dv);
   };
 
-  // ---- 1. the first kKvStages - 1 tiles' state first; then (programmatic
-  // launch: once the previous kernel is done) the group prologue, v, q, k and the gates.
-  // (Fused: the prologue's loads first, then the state's, unless the launch
-  // is programmatic: then the state's go before the wait.)
+  // ---- 1. the first kKvStages - 1 tiles' state and v, q, k and the gates,
+  // the small loads first in a one-round grid (as in decode_kernel). (Fused:
+  // the prologue's loads first, then the state's. A programmatic launch
+  // issues the state's before the wait, and the rest once the previous
+  // kernel is done.)
   auto issue_state = [&] {
 #pragma unroll
     for (int st = 0; st < kKvStages - 1; ++st) issue_tile(t + st, st);
   };
   GDN_MARK(0);
   if constexpr (kFused) fused_begin(p, grp, sm);
-  if (!kFused || p.programmatic_launch) issue_state();
+  const bool state_first = p.programmatic_launch || (!kFused && !small_loads_first);
+  if (state_first) issue_state();
   wait_upstream();
   GDN_MARK(1);
   if constexpr (kFused) {
     fused_prologue<IO>(p, grp, slots, sm, [&] {
-      if (!p.programmatic_launch) issue_state();
+      if (!state_first) issue_state();
     });
     __syncthreads();
     GDN_MARK(2);
@@ -1165,7 +1228,12 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     }
   }
   GateInputs<IO> gate_in;
-  if constexpr (!kFused) gate_in = load_gate_inputs<IO>(p, b, h0);
+  if constexpr (!kFused) {
+    gate_in = load_gate_inputs<IO>(p, b, h0);
+    GDN_MARK(9);  // (the fused prologue has its own marks 9-12)
+    if (!state_first) issue_state();
+    GDN_MARK(10);
+  }
   // ... then the values.
   float vj = convert_v(v_first);
   float qh[kRows], kh[kRows];
@@ -1189,7 +1257,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   }
 
   // ---- 2. l2norm: the 32 lanes of every warp hold all of Dk between them.
-  l2_normalize<1, kWarp>(p, lane, qh, kh);
+  const float kq = l2_normalize<1, kWarp>(p, lane, qh, kh);
   GDN_MARK(3);
   if constexpr (kFused) fused_mid<IO>(p, grp, slots, sm);
   GDN_MARK(4);
@@ -1211,36 +1279,32 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     GDN_MARK(5);
     V* const tile = tiles + stage * (kDk * kPitch);
 
-    // u = exp(g) S^T k_hat;  delta = beta (v - u)
+    // Partial sums over the lane's rows: S^T k_hat and S^T q_hat
     V s[kRows];
 #pragma unroll
     for (int n = 0; n < kRows; ++n) s[n] = tile[(lane + n * kWarp) * kPitch + warp];
-    float acc[kVec], delta[kVec], out[kVec];
+    float ak[kVec], aq[kVec], delta[kVec];
 #pragma unroll
     for (int c = 0; c < kVec; ++c) {
-      acc[c] = 0.0f;
+      ak[c] = 0.0f;
+      aq[c] = 0.0f;
 #pragma unroll
-      for (int n = 0; n < kRows; ++n) acc[c] += Elem<T>::to_float(s[n].x[c]) * kh[n];
+      for (int n = 0; n < kRows; ++n) {
+        ak[c] += Elem<T>::to_float(s[n].x[c]) * kh[n];
+        aq[c] += Elem<T>::to_float(s[n].x[c]) * qh[n];
+      }
     }
-    // The lane's column's sum over the warp -> its delta -> every lane gets all kVec deltas.
-    const float u_sum = reduce_scatter<1, kWarp, kVec>(acc, lane);
-    all_gather<1, kWarp, kVec>(beta * (vj - decay * u_sum), lane, delta);
-#pragma unroll
-    for (int c = 0; c < kVec; ++c) out[c] = 0.0f;
-    // S' = exp(g) S + k_hat delta (back into the warp's own chunk);  o = scale S'^T q_hat
+    // delta of the warp's kVec columns in every lane, and the output of the
+    // lane's column out_c (one pass, see OnePass)
+    const float o_val = Pass::run(ak, aq, vj, decay, beta, kq, scale, lane, delta);
+    // S' = exp(g) S + k_hat delta (back into the warp's own chunk)
 #pragma unroll
     for (int n = 0; n < kRows; ++n) {
-      const V sv = tile[(lane + n * kWarp) * kPitch + warp];
       V nv;
 #pragma unroll
-      for (int c = 0; c < kVec; ++c) {
-        const float sn = decay * Elem<T>::to_float(sv.x[c]) + kh[n] * delta[c];
-        out[c] += sn * qh[n];
-        nv.x[c] = Elem<T>::from_float(sn);
-      }
+      for (int c = 0; c < kVec; ++c) nv.x[c] = Elem<T>::from_float(decay * Elem<T>::to_float(s[n].x[c]) + kh[n] * delta[c]);
       tile[(lane + n * kWarp) * kPitch + warp] = nv;
     }
-    const float o_val = scale * reduce_scatter<1, kWarp, kVec>(out, lane);
     const int jo = cur.tile * kCols + warp * kVec + out_c;
     if (writer && jo < Dv) {
       if (kFused && p.norm_weight != nullptr) {
@@ -1477,12 +1541,19 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
     // kv: an item is a block's tile of kP warps. Tiles a block streams: as
     // few as fill every resident block slot in one wave (at B = 8 every
     // tile's copies are issued at once: fp32 2.02x -> 1.62x), up to the
-    // cap (4: all tiles of an fp32 head; best from B = 32 up, tune_cuda kv).
+    // cap (4: all tiles of an fp32 head; 2-4 best from B = 32 up for 16-bit
+    // states, tune_cuda kv). fp32 states past two tiles a block: one tile a
+    // block, many waves (tune_cuda kv on the one-pass kernel, 2026-11-30:
+    // B = 32 37.6 us against 39.9 at 4 tiles, B = 128 139.4 against 150.3,
+    // B = 512 563.8 against 589.3; at B = 8, one wave of two-tile blocks,
+    // 11.7 against 12.2 at one tile).
     const int64_t slots = int64_t(resident_warps / kP) * sms;
-    const int64_t n = (items + slots - 1) / slots;
+    int64_t n = (items + slots - 1) / slots;
+    if (sizeof(T) == 4 && n > 2) n = 1;
     g.warps_per_block = kP;
     g.items_per_warp = int(n < 1 ? 1 : n > cap ? cap : n);
     g.blocks_per_head = (g.items_per_head + g.items_per_warp - 1) / g.items_per_warp;
+    g.small_loads_first = g.items_per_warp == 1 && heads * g.blocks_per_head <= slots;
     return g;
   }
   // vk: 1 item a warp while the grid fits one wave of the warps an SM holds
@@ -1490,8 +1561,9 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
   // computing, one in the ring), doubled while the grid still runs >= 4
   // waves. Measured (tune_cuda vk): 1 item a warp is 1.2-1.6x slower from
   // B = 8 up (nothing in flight behind it); more items than this rule gives
-  // lengthen the last wave (bf16 B = 32: 2 items 1.34x, 8 items 1.49x), while
-  // long grids gain from 4 (bf16 B = 128: 1.15x vs 1.21x at 2).
+  // lengthen the last wave (bf16 B = 32: 2 items 1.34x, 8 items 1.49x).
+  // (Long grids gained from 4 on the two-pass kernel, bf16 B = 128 1.15x vs
+  // 1.21x at 2; on the one-pass kernel 2 is best: default_items_per_warp.)
   const int64_t slots = int64_t(resident_warps) * sms;
   int ipw = items <= slots || cap < 2 ? 1 : 2;
   while (ipw * 2 <= cap && items >= int64_t(4) * (ipw * 2) * slots) ipw *= 2;
@@ -1505,6 +1577,7 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
   g.items_per_warp = ipw;
   g.warps_per_block = w;
   g.blocks_per_head = (warps_per_head + w - 1) / w;
+  g.small_loads_first = ipw == 1 && heads * warps_per_head <= slots;
   return g;
 }
 
@@ -1533,13 +1606,13 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
         return launch_kernel(&decode_kv_kernel<T, kDk, kP, IO, kFused>, blocks, unsigned(KvSmemTile<T, kDk, kP>::kThreads),
                              smem_bytes<T, kLayout, kDk, kP>(kP) + fused_smem, stream, pdl, g.cluster, p,
                              g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map, scale, g.group_heads,
-                             g.cluster);
+                             g.cluster, g.small_loads_first);
       } else {
         return launch_kernel(&decode_kernel<T, kLayout, kDk, kP, IO, kFused>, blocks,
                              unsigned(g.warps_per_block * kWarp),
                              smem_bytes<T, kLayout, kDk, kP>(g.warps_per_block) + fused_smem, stream, pdl,
                              g.cluster, p, g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map, scale,
-                             g.group_heads, g.warps_per_head, g.cluster);
+                             g.group_heads, g.warps_per_head, g.cluster, g.small_loads_first);
       }
     };
     return g.fused ? go(std::true_type{}) : go(std::false_type{});
