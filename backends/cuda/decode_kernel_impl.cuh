@@ -189,7 +189,6 @@ __device__ __forceinline__ float l2_normalize(const DecodeParams& p, int lane, f
 // every column go through one butterfly, so a column's output waits for one
 // reduction after the state lands instead of two in a row (the second over
 // S', after the update), and the state's stores no longer sit in front of it.
-// ak[c], aq[c]: this lane's partial sums of held column c, over its rows.
 // After the butterfly (value 2c = sk, 2c + 1 = sq of column c) lane l holds
 // column col(l) = (l / (2 kStride)) % kC, with its partner (lane ^ kStride)
 // holding the other sum of that column: both compute the column's delta,
@@ -202,16 +201,28 @@ struct OnePass {
   static constexpr int kStride = kLow * kSpan / (2 * kC);
   static __device__ __forceinline__ int col(int lane) { return (lane / (2 * kStride)) % kC; }
   static __device__ __forceinline__ bool writer(int lane) { return (lane / kLow) % (kSpan / kC) == 0; }
-  // v_col: v of column col(lane).
-  static __device__ __forceinline__ float run(const float (&ak)[kC], const float (&aq)[kC], float v_col, float decay,
-                                              float beta, float kq, float scale, int lane, float (&delta)[kC]) {
-    float sums[2 * kC];
+  // partial(v): this lane's partial sum of value v (2c: S^T k_hat of held
+  // column c, 2c + 1: S^T q_hat), v a constant after unrolling; v_col: v of
+  // column col(lane). The first halving step of the butterfly is taken as
+  // the sums are formed, a pair at a time, so at most kC + 2 of the 2 kC
+  // partial sums are live at once (all of them live at once, the fused bf16
+  // kv kernel, 16 sums a lane, spilled).
+  template <typename Partial>
+  static __device__ __forceinline__ float run(Partial&& partial, float v_col, float decay, float beta, float kq,
+                                              float scale, int lane, float (&delta)[kC]) {
+    // reduce_scatter<kLow, kSpan, 2 kC>, its first step fused with the sums
+    constexpr int kOff = kLow * kSpan / 2;
+    const bool upper = (lane & kOff) != 0;
+    float x[kC];
 #pragma unroll
-    for (int c = 0; c < kC; ++c) {
-      sums[2 * c] = ak[c];
-      sums[2 * c + 1] = aq[c];
+    for (int k = 0; k < kC; ++k) {
+      const float lo = partial(k), hi = partial(k + kC);
+      x[k] = (upper ? hi : lo) + warp_shfl_xor(upper ? lo : hi, kOff);
     }
-    const float mine = reduce_scatter<kLow, kSpan, 2 * kC>(sums, lane);
+    reduce_halves<kC, kOff / 2>(x, lane);
+#pragma unroll
+    for (int off = kLow * kSpan / (4 * kC); off >= kLow; off /= 2) x[0] += warp_shfl_xor(x[0], off);
+    const float mine = x[0];
     const float other = warp_shfl_xor(mine, kStride);
     const bool holds_q = (lane & kStride) != 0;
     const float sk = holds_q ? other : mine, sq = holds_q ? mine : other;
@@ -266,6 +277,13 @@ __host__ __device__ constexpr size_t fused_smem_bytes(int G, int Dk, int Dv, boo
 }
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+// Keeps the loads issued before it ahead of the ones after: the compiler
+// otherwise freely reorders independent loads, and put the state's copies
+// in front of the small loads that small_loads_first issues first (B = 1
+// fp32 vk 3.46 -> 3.88 us when it did). __syncwarp orders the warp's memory
+// accesses, so no load moves across it; every lane of the warp reaches it.
+__device__ __forceinline__ void issue_order_fence() { __syncwarp(); }
 
 // Programmatic dependent launch: wait here until the previous kernel on the
 // stream has finished (its writes visible). A no-op when the launch was not
@@ -671,12 +689,6 @@ __global__ void __launch_bounds__(8 * kWarp,
   constexpr int kReduceLow = 1;
   constexpr int kReduceSpan = VkT::kLanesPerCol;
 
-  // Columns a lane holds form one run j0 + cols[0] + c (c < kColsHeld), so v
-  // moves as one vector, when a warp-step is one column. A run starts at a multiple of its length, which
-  // divides 16 and so Dv: the run is entirely inside Dv or entirely past it.
-  constexpr bool kColsRun = VkT::kColsPerStep == 1;
-  static_assert(!kColsRun || 16 % kColsHeld == 0, "a column run must divide 16 (and so Dv)");
-
   const int Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
   const int warps = int(blockDim.x / kWarp);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -767,36 +779,33 @@ __global__ void __launch_bounds__(8 * kWarp,
   constexpr int kRingVecs = 0;
 #endif
   const FusedSmem sm(reinterpret_cast<float*>(smem_raw + warps * kRingVecs), kFused ? group_heads : 0, Dk, Dv);
-  // v[j0 + cols[c]] for the held columns (0 past Dv), in two steps (see
-  // RawRun): load_v issues the loads (a column past Dv reads the head's
-  // first element instead), convert_v makes the values. (Conv on: the conv
+  // After the one-pass butterfly (OnePass), held column out_c's sums sit in
+  // the lanes of the span whose value bits name it; those lanes form its
+  // delta, and one of them writes its output: every column of the item has
+  // exactly one writer.
+  using Pass = OnePass<kReduceLow, kReduceSpan, kColsHeld>;
+  const int out_c = Pass::col(lane);
+  const bool writer = Pass::writer(lane);
+  // cols[out_c] without a run-time array index (which would go to local memory).
+  const int out_col = out_c * VkT::kColsPerStep + lane / VkT::kLanesPerCol;
+  // v[j0 + out_col], the lane's column (0 past Dv), in two steps (see
+  // RawRun): load_v issues the load (a column past Dv reads the head's
+  // first element instead), convert_v makes the value. (Conv on: the conv
   // output of the group prologue, in shared memory.)
   struct VLoad {
-    IoRun<IO, kColsRun ? kColsHeld : 1> run[kColsRun ? 1 : kColsHeld];
+    IoRun<IO, 1> run;
     int j0;
   };
   auto load_v = [&](int j0, VLoad& l) {
     l.j0 = j0;
     if (kFused && p.conv_width > 0) return;
-#pragma unroll
-    for (int c = 0; c < (kColsRun ? 1 : kColsHeld); ++c) {
-      const int j = j0 + cols[c];
-      l.run[c].load(p.qkv_dtype, p.v, v_base + (j < Dv ? j : 0));
-    }
+    const int j = j0 + out_col;
+    l.run.load(p.qkv_dtype, p.v, v_base + (j < Dv ? j : 0));
   };
-  auto convert_v = [&](const VLoad& l, float (&vj)[kColsHeld]) {
-    const int j0 = l.j0;
-    if (kFused && p.conv_width > 0) {
-#pragma unroll
-      for (int c = 0; c < kColsHeld; ++c) vj[c] = j0 + cols[c] < Dv ? sm.vo[g * Dv + j0 + cols[c]] : 0.0f;
-      return;
-    }
-    if constexpr (kColsRun) {
-      l.run[0].to_float(vj, j0 + cols[0] < Dv);
-    } else {
-#pragma unroll
-      for (int c = 0; c < kColsHeld; ++c) vj[c] = l.run[c].value(j0 + cols[c] < Dv);
-    }
+  auto convert_v = [&](const VLoad& l) -> float {
+    const int j = l.j0 + out_col;
+    if (kFused && p.conv_width > 0) return j < Dv ? sm.vo[g * Dv + j] : 0.0f;
+    return l.run.value(j < Dv);
   };
 #if GDN_VK_RING
   // The warp's ring of kStages item buffers in shared memory. A lane copies
@@ -876,55 +885,68 @@ __global__ void __launch_bounds__(8 * kWarp,
     issue_item(item, 0);
 #endif
   };
-  GDN_MARK(0);
-  if constexpr (kFused) fused_begin(p, grp, sm);
-  const bool state_first = p.programmatic_launch || (!kFused && !small_loads_first);
-  if (state_first) issue_state();
-  wait_upstream();
-  GDN_MARK(1);
-  if constexpr (kFused) {
-    fused_prologue<IO>(p, grp, slots, sm, [&] {
-      if (!state_first) issue_state();
-    });
-    __syncthreads();
-    GDN_MARK(2);
-    fused_arrive(p, grp, sm);
-  }
   // The token's small loads, all issued before any is used (RawRun): v of
   // the first item, q and k rows, the gates' inputs.
   VLoad v_first;
-  load_v(item * kColsPerItem, v_first);
-  // interleaved: hk = h / G (by_head_map divides by G); tiled: hk = h % Hk
-  // (by_head_map divides by Hk).
-  if constexpr (!kFused) {
-    const unsigned hq = by_head_map.div(unsigned(h));
-    hk = p.head_map == HeadMap::kInterleaved ? int(hq) : h - int(hq) * p.num_k_heads;
-  }
-  const int64_t q_base = b * p.q_batch_stride + int64_t(hk) * p.q_head_stride;
-  const int64_t k_base = b * p.k_batch_stride + int64_t(hk) * p.k_head_stride;
   // q and k rows, 0 past Dk. vk holds kVec consecutive rows per chunk (a
   // chunk starts at a multiple of kVec, which divides 16 and so Dk: all in
   // range or none): one vector load each; a chunk past Dk reads row 0.
   IoRun<IO, kVec> q_raw[kInner], k_raw[kInner];
-  const bool qk_global = !(kFused && p.conv_width > 0);
-  if (qk_global) {
-#pragma unroll
-    for (int c = 0; c < kInner; ++c) {
-      const int i = rows[c * kVec] < Dk ? rows[c * kVec] : 0;
-      q_raw[c].load(p.qkv_dtype, p.q, q_base + i);
-      k_raw[c].load(p.qkv_dtype, p.k, k_base + i);
-    }
-  }
   GateInputs<IO> gate_in;
-  if constexpr (!kFused) {
-    gate_in = load_gate_inputs<IO>(p, b, h);
-    GDN_MARK(9);  // (the fused prologue has its own marks 9-12)
-    if (!state_first) issue_state();
+  const bool qk_global = !(kFused && p.conv_width > 0);
+  auto issue_small = [&] {
+    load_v(item * kColsPerItem, v_first);
+    // interleaved: hk = h / G (by_head_map divides by G); tiled: hk = h % Hk
+    // (by_head_map divides by Hk).
+    if constexpr (!kFused) {
+      const unsigned hq = by_head_map.div(unsigned(h));
+      hk = p.head_map == HeadMap::kInterleaved ? int(hq) : h - int(hq) * p.num_k_heads;
+    }
+    if (qk_global) {
+      const int64_t q_base = b * p.q_batch_stride + int64_t(hk) * p.q_head_stride;
+      const int64_t k_base = b * p.k_batch_stride + int64_t(hk) * p.k_head_stride;
+#pragma unroll
+      for (int c = 0; c < kInner; ++c) {
+        const int i = rows[c * kVec] < Dk ? rows[c * kVec] : 0;
+        q_raw[c].load(p.qkv_dtype, p.q, q_base + i);
+        k_raw[c].load(p.qkv_dtype, p.k, k_base + i);
+      }
+    }
+    if constexpr (!kFused) gate_in = load_gate_inputs<IO>(p, b, h);
+  };
+  // Each order written out whole (not one issue_state moved around the
+  // small loads), so neither keeps the other's addresses live across it:
+  // the shared form cost bf16 vk a spilled register and 2-3% at B = 8-32.
+  GDN_MARK(0);
+  if constexpr (kFused) {
+    fused_begin(p, grp, sm);
+    if (p.programmatic_launch) issue_state();
+    wait_upstream();
+    GDN_MARK(1);
+    fused_prologue<IO>(p, grp, slots, sm, [&] {
+      if (!p.programmatic_launch) issue_state();
+    });
+    __syncthreads();
+    GDN_MARK(2);
+    fused_arrive(p, grp, sm);
+    issue_small();
+  } else if (p.programmatic_launch || !small_loads_first) {
+    issue_state();
+    wait_upstream();
+    GDN_MARK(1);
+    issue_small();
+    GDN_MARK(9);
+  } else {
+    wait_upstream();
+    GDN_MARK(1);
+    issue_small();
+    GDN_MARK(9);
+    issue_order_fence();
+    issue_state();
     GDN_MARK(10);
   }
   // ... then the values.
-  float vj[kColsHeld];
-  convert_v(v_first, vj);
+  float vj = convert_v(v_first);
   float qh[kRowsHeld], kh[kRowsHeld];
   if (qk_global) {
 #pragma unroll
@@ -956,15 +978,6 @@ __global__ void __launch_bounds__(8 * kWarp,
   GDN_MARK(3);
   if constexpr (kFused) fused_mid<IO>(p, grp, slots, sm);
   GDN_MARK(4);
-  // After the one-pass butterfly (OnePass), held column out_c's sums sit in
-  // the lanes of the span whose value bits name it; one of them writes its
-  // output: every column of the item has exactly one writer.
-  using Pass = OnePass<kReduceLow, kReduceSpan, kColsHeld>;
-  const int out_c = Pass::col(lane);
-  const bool writer = Pass::writer(lane);
-  // cols[out_c] without a run-time array index (which would go to local memory).
-  const int out_col = out_c * VkT::kColsPerStep + lane / VkT::kLanesPerCol;
-
   // ---- 3. the warp's items, the next ones in flight (the ring's kStages - 1,
   // or one in registers) while one computes
   for (int stage = 0;; stage = stage + 1 == kStages ? 0 : stage + 1) {
@@ -981,24 +994,19 @@ __global__ void __launch_bounds__(8 * kWarp,
     const int j0 = item * kColsPerItem;
     // The state element (held row r, held column c):
     auto elem = [&](int r, int c) -> float { return Elem<T>::to_float(s[c][r / kVec].x[r % kVec]); };
-    // Partial sums over the lane's rows: S^T k_hat and S^T q_hat
-    float ak[kColsHeld], aq[kColsHeld], delta[kColsHeld];
+    // delta of every held column, and o[j0 + cols[out_c]] (one pass, see
+    // OnePass), from the partial sums over the lane's rows of S^T k_hat
+    // (value 2c) and S^T q_hat (2c + 1) of held column c
+    float delta[kColsHeld];
+    const float o_val = Pass::run(
+        [&](int v) {
+          const float* w = (v & 1) ? qh : kh;
+          float a = 0.0f;
 #pragma unroll
-    for (int c = 0; c < kColsHeld; ++c) {
-      ak[c] = 0.0f;
-      aq[c] = 0.0f;
-#pragma unroll
-      for (int r = 0; r < kRowsHeld; ++r) {
-        ak[c] += elem(r, c) * kh[r];
-        aq[c] += elem(r, c) * qh[r];
-      }
-    }
-    // v of the lane's output column (a select chain: no run-time array index)
-    float v_out = vj[0];
-#pragma unroll
-    for (int c = 1; c < kColsHeld; ++c) v_out = out_c == c ? vj[c] : v_out;
-    // delta of every held column, and o[j0 + cols[out_c]] (one pass, see OnePass)
-    const float o_val = Pass::run(ak, aq, v_out, decay, beta, kq, scale, lane, delta);
+          for (int r = 0; r < kRowsHeld; ++r) a += elem(r, v / 2) * w[r];
+          return a;
+        },
+        vj, decay, beta, kq, scale, lane, delta);
     // S' = exp(g) S + k_hat delta
 #pragma unroll
     for (int o = 0; o < kOuter; ++o)
@@ -1026,7 +1034,7 @@ __global__ void __launch_bounds__(8 * kWarp,
 
     if (!has_next) break;
     ++item;
-    convert_v(v_next, vj);
+    vj = convert_v(v_next);
   }
   GDN_MARK(6);
   if constexpr (kFused) fused_finish<IO>(p, grp, sm);
@@ -1193,45 +1201,57 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
 #pragma unroll
     for (int st = 0; st < kKvStages - 1; ++st) issue_tile(t + st, st);
   };
+  // The token's small loads, all issued before any is used (RawRun): v of
+  // the first tile, q and k rows (a row past Dk reads row 0), the gates' inputs.
+  VLoad v_first;
+  IoRun<IO, 1> q_raw[kRows], k_raw[kRows];
+  GateInputs<IO> gate_in;
+  const bool qk_global = !(kFused && p.conv_width > 0);
+  auto issue_small = [&] {
+    load_v(t, v_first);
+    if constexpr (!kFused) {
+      const unsigned hq = by_head_map.div(unsigned(h0));
+      hk = p.head_map == HeadMap::kInterleaved ? int(hq) : h0 - int(hq) * p.num_k_heads;
+    }
+    if (qk_global) {
+      const int64_t q_base = b * p.q_batch_stride + int64_t(hk) * p.q_head_stride;
+      const int64_t k_base = b * p.k_batch_stride + int64_t(hk) * p.k_head_stride;
+#pragma unroll
+      for (int n = 0; n < kRows; ++n) {
+        const int i = lane + n * kWarp < Dk ? lane + n * kWarp : 0;
+        q_raw[n].load(p.qkv_dtype, p.q, q_base + i);
+        k_raw[n].load(p.qkv_dtype, p.k, k_base + i);
+      }
+    }
+    if constexpr (!kFused) gate_in = load_gate_inputs<IO>(p, b, h0);
+  };
+  // Each order written out whole, as in decode_kernel.
   GDN_MARK(0);
-  if constexpr (kFused) fused_begin(p, grp, sm);
-  const bool state_first = p.programmatic_launch || (!kFused && !small_loads_first);
-  if (state_first) issue_state();
-  wait_upstream();
-  GDN_MARK(1);
   if constexpr (kFused) {
+    fused_begin(p, grp, sm);
+    if (p.programmatic_launch) issue_state();
+    wait_upstream();
+    GDN_MARK(1);
     fused_prologue<IO>(p, grp, slots, sm, [&] {
-      if (!state_first) issue_state();
+      if (!p.programmatic_launch) issue_state();
     });
     __syncthreads();
     GDN_MARK(2);
     fused_arrive(p, grp, sm);
-  }
-  // The token's small loads, all issued before any is used (RawRun): v of
-  // the first tile, q and k rows (a row past Dk reads row 0), the gates' inputs.
-  VLoad v_first;
-  load_v(t, v_first);
-  if constexpr (!kFused) {
-    const unsigned hq = by_head_map.div(unsigned(h0));
-    hk = p.head_map == HeadMap::kInterleaved ? int(hq) : h0 - int(hq) * p.num_k_heads;
-  }
-  IoRun<IO, 1> q_raw[kRows], k_raw[kRows];
-  const bool qk_global = !(kFused && p.conv_width > 0);
-  if (qk_global) {
-    const int64_t q_base = b * p.q_batch_stride + int64_t(hk) * p.q_head_stride;
-    const int64_t k_base = b * p.k_batch_stride + int64_t(hk) * p.k_head_stride;
-#pragma unroll
-    for (int n = 0; n < kRows; ++n) {
-      const int i = lane + n * kWarp < Dk ? lane + n * kWarp : 0;
-      q_raw[n].load(p.qkv_dtype, p.q, q_base + i);
-      k_raw[n].load(p.qkv_dtype, p.k, k_base + i);
-    }
-  }
-  GateInputs<IO> gate_in;
-  if constexpr (!kFused) {
-    gate_in = load_gate_inputs<IO>(p, b, h0);
-    GDN_MARK(9);  // (the fused prologue has its own marks 9-12)
-    if (!state_first) issue_state();
+    issue_small();
+  } else if (p.programmatic_launch || !small_loads_first) {
+    issue_state();
+    wait_upstream();
+    GDN_MARK(1);
+    issue_small();
+    GDN_MARK(9);
+  } else {
+    wait_upstream();
+    GDN_MARK(1);
+    issue_small();
+    GDN_MARK(9);
+    issue_order_fence();
+    issue_state();
     GDN_MARK(10);
   }
   // ... then the values.
@@ -1279,30 +1299,33 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     GDN_MARK(5);
     V* const tile = tiles + stage * (kDk * kPitch);
 
-    // Partial sums over the lane's rows: S^T k_hat and S^T q_hat
+    // delta of the warp's kVec columns in every lane, and the output of the
+    // lane's column out_c (one pass, see OnePass), from the partial sums
+    // over the lane's rows of S^T k_hat (value 2c) and S^T q_hat (2c + 1)
+    float delta[kVec];
     V s[kRows];
 #pragma unroll
     for (int n = 0; n < kRows; ++n) s[n] = tile[(lane + n * kWarp) * kPitch + warp];
-    float ak[kVec], aq[kVec], delta[kVec];
+    const float o_val = Pass::run(
+        [&](int v) {
+          const float* w = (v & 1) ? qh : kh;
+          float a = 0.0f;
 #pragma unroll
-    for (int c = 0; c < kVec; ++c) {
-      ak[c] = 0.0f;
-      aq[c] = 0.0f;
-#pragma unroll
-      for (int n = 0; n < kRows; ++n) {
-        ak[c] += Elem<T>::to_float(s[n].x[c]) * kh[n];
-        aq[c] += Elem<T>::to_float(s[n].x[c]) * qh[n];
-      }
-    }
-    // delta of the warp's kVec columns in every lane, and the output of the
-    // lane's column out_c (one pass, see OnePass)
-    const float o_val = Pass::run(ak, aq, vj, decay, beta, kq, scale, lane, delta);
-    // S' = exp(g) S + k_hat delta (back into the warp's own chunk)
+          for (int n = 0; n < kRows; ++n) a += Elem<T>::to_float(s[n].x[v / 2]) * w[n];
+          return a;
+        },
+        vj, decay, beta, kq, scale, lane, delta);
+    // S' = exp(g) S + k_hat delta (back into the warp's own chunk). The step
+    // kernel keeps S in registers across the butterfly; the fused one reads
+    // it from shared memory again, which frees them (kept, the fused bf16 kv
+    // kernel spilled 68 bytes and ran B = 64 8% slower: 53.9 against 50.0 us;
+    // re-read, the step kernel ran 1-4% slower from B = 8 up).
 #pragma unroll
     for (int n = 0; n < kRows; ++n) {
+      const V sv = kFused ? tile[(lane + n * kWarp) * kPitch + warp] : s[n];
       V nv;
 #pragma unroll
-      for (int c = 0; c < kVec; ++c) nv.x[c] = Elem<T>::from_float(decay * Elem<T>::to_float(s[n].x[c]) + kh[n] * delta[c]);
+      for (int c = 0; c < kVec; ++c) nv.x[c] = Elem<T>::from_float(decay * Elem<T>::to_float(sv.x[c]) + kh[n] * delta[c]);
       tile[(lane + n * kWarp) * kPitch + warp] = nv;
     }
     const int jo = cur.tile * kCols + warp * kVec + out_c;
