@@ -39,12 +39,12 @@
 //
 // How V is split by batch size (vk; kv splits it by tiles, as above)
 // -----------------------------------------------------------------
-// Large B*Hv: 2 items a warp and up to 8 warps a block, so a head's Dv outputs are one block
-// (bf16 at Dv = 128: 16 items of 8 columns, 4 warps) or two consecutive ones
-// (fp32: 32 items of 4 columns, 16 warps). Streaming items with the next one
-// in flight took B = 512 from 1.91x to 1.06x the copy floor; 2 items rather
-// than more keeps the last wave short (bf16 B = 32: 1.34x vs 1.49x at 8;
-// bench/RESULTS.md has both sweeps).
+// Large B*Hv: 2 items a warp and up to 8 warps a block, so a head's Dv
+// outputs are one block (bf16 at Dv = 128: 16 items of 8 columns, 4 warps)
+// or two consecutive ones (fp32: 32 items of 4 columns, 16 warps).
+// Streaming items with the next one in flight took B = 512 from 1.91x to
+// 1.06x the copy floor; 2 items rather than more keeps the last wave short
+// (bf16 B = 32: 1.34x vs 1.49x at 8; bench/RESULTS.md has both sweeps).
 // Small B*Hv: W shrinks to one warp per block until the grid puts work on
 // every SM: at B = 1 with Hv = 32 there are only
 // 32 heads for 132 SMs, and a block per head would leave three quarters of the
@@ -523,7 +523,6 @@ constexpr int default_items_per_warp() {
   // kernel, 2026-11-30: fp32 best at 2 items from B = 8 up but for B = 128,
   // 1.6% faster at 1; 16-bit at 2, e.g. bf16 B = 128 69.7 us against 71.0
   // at 4, B = 512 266.0 against 270.2); kv: 4 tiles.
-  (void)sizeof(T);
   return kLayout == Layout::kVK ? 2 : 4;
 }
 

@@ -283,7 +283,13 @@ __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 // in front of the small loads that small_loads_first issues first (B = 1
 // fp32 vk 3.46 -> 3.88 us when it did). __syncwarp orders the warp's memory
 // accesses, so no load moves across it; every lane of the warp reaches it.
-__device__ __forceinline__ void issue_order_fence() { __syncwarp(); }
+// (AMD: no asynchronous copies to queue behind, and no __syncwarp in the
+// HIP headers Debian ships: nothing.)
+__device__ __forceinline__ void issue_order_fence() {
+#if !defined(GDN_AMD)
+  __syncwarp();
+#endif
+}
 
 // Programmatic dependent launch: wait here until the previous kernel on the
 // stream has finished (its writes visible). A no-op when the launch was not
