@@ -921,8 +921,7 @@ __global__ void __launch_bounds__(8 * kWarp,
     if constexpr (!kFused) gate_in = load_gate_inputs<IO>(p, b, h);
   };
   // Each order written out whole (not one issue_state moved around the
-  // small loads), so neither keeps the other's addresses live across it:
-  // the shared form cost bf16 vk a spilled register and 2-3% at B = 8-32.
+  // small loads), so neither keeps the other's addresses live across it.
   GDN_MARK(0);
   if constexpr (kFused) {
     fused_begin(p, grp, sm);
