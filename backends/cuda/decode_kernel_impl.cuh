@@ -1324,7 +1324,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     // kernel keeps S in registers across the butterfly; the fused one reads
     // it from shared memory again, which frees them (kept, the fused bf16 kv
     // kernel spilled 68 bytes and ran B = 64 8% slower: 53.9 against 50.0 us;
-    // re-read, the step kernel ran 1-4% slower from B = 8 up).
+    // re-read, the step kernel ran 0.4-4% slower from B = 32 up).
 #pragma unroll
     for (int n = 0; n < kRows; ++n) {
       const V sv = kFused ? tile[(lane + n * kWarp) * kPitch + warp] : s[n];
