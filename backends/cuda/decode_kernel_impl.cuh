@@ -652,6 +652,32 @@ __device__ __forceinline__ void fused_finish(const DecodeParams& p, const Group&
   });
 }
 
+// The step kernels' first loads (both layouts): the state's, then q, k, v
+// and the gates (issue_small), or the other way round in a one-round grid
+// (small_loads_first, see Launch). A programmatic launch issues the state's
+// before the wait: the inputs may still be being written by the previous
+// kernel. Each order is written out whole, so neither keeps the other's
+// addresses live across it.
+template <typename IssueState, typename IssueSmall>
+__device__ __forceinline__ void start_step_loads(const DecodeParams& p, bool small_loads_first,
+                                                 IssueState&& issue_state, IssueSmall&& issue_small) {
+  if (p.programmatic_launch || !small_loads_first) {
+    issue_state();
+    wait_upstream();
+    GDN_MARK(1);
+    issue_small();
+    GDN_MARK(9);  // (the fused prologue has its own marks 9-12)
+  } else {
+    wait_upstream();
+    GDN_MARK(1);
+    issue_small();
+    GDN_MARK(9);
+    issue_order_fence();
+    issue_state();
+    GDN_MARK(10);
+  }
+}
+
 // A padding row of a group: zero the outputs of its G heads (block 0 of a cluster).
 __device__ __forceinline__ void zero_group_outputs(const DecodeParams& p, const Group& grp) {
   if (grp.rank != 0) return;
@@ -920,8 +946,8 @@ __global__ void __launch_bounds__(8 * kWarp,
     }
     if constexpr (!kFused) gate_in = load_gate_inputs<IO>(p, b, h);
   };
-  // Each order written out whole (not one issue_state moved around the
-  // small loads), so neither keeps the other's addresses live across it.
+  // Fused: the prologue's loads, then the state's (before the wait under a
+  // programmatic launch), then the small ones; step: start_step_loads.
   GDN_MARK(0);
   if constexpr (kFused) {
     fused_begin(p, grp, sm);
@@ -935,20 +961,8 @@ __global__ void __launch_bounds__(8 * kWarp,
     GDN_MARK(2);
     fused_arrive(p, grp, sm);
     issue_small();
-  } else if (p.programmatic_launch || !small_loads_first) {
-    issue_state();
-    wait_upstream();
-    GDN_MARK(1);
-    issue_small();
-    GDN_MARK(9);
   } else {
-    wait_upstream();
-    GDN_MARK(1);
-    issue_small();
-    GDN_MARK(9);
-    issue_order_fence();
-    issue_state();
-    GDN_MARK(10);
+    start_step_loads(p, small_loads_first, issue_state, issue_small);
   }
   // ... then the values.
   float vj = convert_v(v_first);
@@ -1230,7 +1244,8 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     }
     if constexpr (!kFused) gate_in = load_gate_inputs<IO>(p, b, h0);
   };
-  // Each order written out whole, as in decode_kernel.
+  // Fused: the prologue's loads, then the state's (before the wait under a
+  // programmatic launch), then the small ones; step: start_step_loads.
   GDN_MARK(0);
   if constexpr (kFused) {
     fused_begin(p, grp, sm);
@@ -1244,20 +1259,8 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     GDN_MARK(2);
     fused_arrive(p, grp, sm);
     issue_small();
-  } else if (p.programmatic_launch || !small_loads_first) {
-    issue_state();
-    wait_upstream();
-    GDN_MARK(1);
-    issue_small();
-    GDN_MARK(9);
   } else {
-    wait_upstream();
-    GDN_MARK(1);
-    issue_small();
-    GDN_MARK(9);
-    issue_order_fence();
-    issue_state();
-    GDN_MARK(10);
+    start_step_loads(p, small_loads_first, issue_state, issue_small);
   }
   // ... then the values.
   float vj = convert_v(v_first);
