@@ -31,11 +31,13 @@
 // back the same coalesced way. Two barriers a tile; a block streams up to 4
 // consecutive tiles of its head (items_per_warp counts tiles for kv), the
 // next tile's copies issued before the current tile is computed. The block
-// count is B * Hv * ceil(tiles / tiles per block); at B = 1 (Hv = 32, fp32)
-// that is 128 blocks of 8 warps, the same 1024 warps as vk's 1024 blocks of
-// one. A column's arithmetic depends only on its 16-byte chunk, never on the
-// tiles a block streams or B (nor on kW, the tuning knob), so kv is batch-
-// invariant and deterministic like vk.
+// count is B * Hv * ceil(tiles / tiles per block). When every tile of a
+// 4-warp tile (64-byte row segments) can have its own block, all resident
+// at once, the launch takes that tile instead (kKvSmallW): at B = 1 (Hv = 32,
+// fp32) 256 blocks of 4 warps rather than 128 of 8, 3.39 us against 3.80.
+// A column's arithmetic depends only on its 16-byte chunk, never on the
+// tiles a block streams or B (nor on kW), so kv is batch-invariant and
+// deterministic like vk.
 //
 // How V is split by batch size (vk; kv splits it by tiles, as above)
 // -----------------------------------------------------------------
@@ -517,6 +519,15 @@ template <typename T, Layout kLayout>
 constexpr int default_tile_param() {
   return kLayout == Layout::kVK ? (sizeof(T) == 4 ? 16 : 32) : 8;
 }
+// kv in one-round grids: tiles of kKvSmallW warps (64-byte row segments)
+// when every such tile can have its own block, all resident at once (B = 1
+// at the Qwen3.5 shape): twice the blocks of the 8-warp tile, half the warps
+// at each barrier (tune_cuda kv, 2026-11-30: B = 1 fp32 3.39 us against 3.80
+// at 8 warps, bf16 3.12 against 3.42; from B = 8 up 8 warps win or tie).
+// A column's arithmetic never depends on kW, so the switch keeps results
+// bitwise identical (batch invariance holds across it).
+constexpr int kKvSmallW = 4;
+
 template <typename T, Layout kLayout>
 constexpr int default_items_per_warp() {
   // vk: the cap of plan_launch's rule, 2 (tune_cuda vk on the one-pass

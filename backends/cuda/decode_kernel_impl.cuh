@@ -1569,7 +1569,8 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
   g.warps_per_head = 0;
   const int resident_warps = with_io(p, [](auto io) { return resident_warps_per_sm<T, kLayout, kDk, kP, decltype(io)>(); });
   if constexpr (kLayout == Layout::kKV) {
-    // kv: an item is a block's tile of kP warps. Tiles a block streams: as
+    // kv: an item is a block's tile of kP warps (kKvSmallW in one-round
+    // grids, below). Tiles a block streams: as
     // few as fill every resident block slot in one wave (at B = 8 every
     // tile's copies are issued at once: fp32 2.02x -> 1.62x), up to the
     // cap (4: all tiles of an fp32 head; 2-4 best from B = 32 up for 16-bit
@@ -1578,6 +1579,21 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
     // B = 32 37.6 us against 39.9 at 4 tiles, B = 128 139.4 against 150.3,
     // B = 512 563.8 against 589.3; at B = 8, one wave of two-tile blocks,
     // 11.7 against 12.2 at one tile).
+    if constexpr (kP > kKvSmallW) {
+      // A one-round grid of kKvSmallW-warp tiles, one a block (see kKvSmallW).
+      constexpr int cpi_small = KvSmemTile<T, kDk, kKvSmallW>::kCols;
+      const int tiles_small = (p.head_dim_v + cpi_small - 1) / cpi_small;
+      const int resident_small =
+          with_io(p, [](auto io) { return resident_warps_per_sm<T, kLayout, kDk, kKvSmallW, decltype(io)>(); });
+      if (heads * tiles_small <= int64_t(resident_small / kKvSmallW) * sms) {
+        g.items_per_head = tiles_small;
+        g.warps_per_block = kKvSmallW;
+        g.items_per_warp = 1;
+        g.blocks_per_head = tiles_small;
+        g.small_loads_first = true;
+        return g;
+      }
+    }
     const int64_t slots = int64_t(resident_warps / kP) * sms;
     int64_t n = (items + slots - 1) / slots;
     if (sizeof(T) == 4 && n > 2) n = 1;
@@ -1633,11 +1649,22 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
       const bool pdl = p.programmatic_launch && sm90_capable<T, kLayout, kDk, kP, IO, kFused>();
       const size_t fused_smem = kFused ? fused_smem_bytes(g.group_heads, p.head_dim_k, p.head_dim_v, g.cluster > 1) : 0;
       if constexpr (kLayout == Layout::kKV) {
-        // The block shape is the tile's, whatever g.warps_per_block says.
-        return launch_kernel(&decode_kv_kernel<T, kDk, kP, IO, kFused>, blocks, unsigned(KvSmemTile<T, kDk, kP>::kThreads),
-                             smem_bytes<T, kLayout, kDk, kP>(kP) + fused_smem, stream, pdl, g.cluster, p,
-                             g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map, scale, g.group_heads,
-                             g.cluster, g.small_loads_first);
+        // The tile of kW warps: kP, or (step) kKvSmallW where the plan chose it.
+        auto launch_tile = [&](auto w_tag) {
+          constexpr int kW = decltype(w_tag)::value;
+          return launch_kernel(&decode_kv_kernel<T, kDk, kW, IO, kFused>, blocks,
+                               unsigned(KvSmemTile<T, kDk, kW>::kThreads),
+                               smem_bytes<T, kLayout, kDk, kW>(kW) + fused_smem, stream, pdl, g.cluster, p,
+                               g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map, scale,
+                               g.group_heads, g.cluster, g.small_loads_first);
+        };
+        if constexpr (!kFused && kP > kKvSmallW) {
+          if (g.warps_per_block == kKvSmallW) {
+            resident_warps_per_sm<T, kLayout, kDk, kKvSmallW, IO>();  // its shared-memory limit
+            return launch_tile(std::integral_constant<int, kKvSmallW>{});
+          }
+        }
+        return launch_tile(std::integral_constant<int, kP>{});
       } else {
         return launch_kernel(&decode_kernel<T, kLayout, kDk, kP, IO, kFused>, blocks,
                              unsigned(g.warps_per_block * kWarp),
