@@ -72,8 +72,37 @@ void sweep_block_size(int sms) {
   }
 }
 
+// "ipw": vk with the planner's block size but a forced number of items a
+// warp streams (any count, not only the planner's powers of two), to see how
+// the grid's waves and each warp's stream trade off at mid and large B.
+template <typename T>
+void sweep_items_per_warp(int sms) {
+  constexpr int kP = gdn::cuda::default_tile_param<T, Layout::kVK>();
+  const gdn::DType t = sizeof(T) == 4 ? gdn::DType::kF32 : gdn::DType::kBF16;
+  for (int64_t B : {8, 32, 128, 512}) {
+    Bed bed(Shape{B, 16, 32, 128, t, Layout::kVK, false});
+    const double copy = bed.copy_floor_us();
+    for (int ipw : {1, 2, 3, 4, 5, 6, 8}) {
+      const int n = bed.calls();
+      cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
+        const gdn::DecodeParams p = bed.params(cur);
+        gdn::cuda::Launch l = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(p, sms, 2);
+        l.items_per_warp = ipw;
+        const int warps_per_head = (l.items_per_head + ipw - 1) / ipw;
+        l.blocks_per_head = (warps_per_head + l.warps_per_block - 1) / l.warps_per_block;
+        l.small_loads_first = false;
+        GDN_BENCH_CHECK((gdn::cuda::launch_decode<T, Layout::kVK, 128, kP>(p, l, bed.stream)));
+      });
+      const double us = bed.time_graph(g, n);
+      cudaGraphExecDestroy(g);
+      std::printf("%-6s %-5s %4lld %-8s %4d %9.2f %9.2f %7.3f\n", gdn::to_string(t), "vk", (long long)B, "forced", ipw,
+                  us, copy, us / copy);
+    }
+  }
+}
+
 // Optional arguments: "vk" or "kv" sweeps that layout only ("blocks": the vk
-// block size at small B); a second one keeps the variants whose name has it.
+// block size at small B; "ipw": vk items a warp, forced); a second one keeps the variants whose name has it.
 int main(int argc, char** argv) {
   const std::string only = argc > 1 ? argv[1] : "";
   const std::string variant = argc > 2 ? argv[2] : "";  // e.g. "W=8": variants whose name contains it
@@ -86,6 +115,12 @@ int main(int argc, char** argv) {
     std::printf("%-6s %-5s %4s %-8s %4s %9s %9s %7s\n", "state", "lay", "B", "variant", "ipw", "us", "copy", "ratio");
     sweep_block_size<float>(sms);
     sweep_block_size<__nv_bfloat16>(sms);
+    return 0;
+  }
+  if (only == "ipw") {
+    std::printf("%-6s %-5s %4s %-8s %4s %9s %9s %7s\n", "state", "lay", "B", "variant", "ipw", "us", "copy", "ratio");
+    sweep_items_per_warp<float>(sms);
+    sweep_items_per_warp<__nv_bfloat16>(sms);
     return 0;
   }
   std::printf("%-6s %-5s %4s %-8s %4s %9s %9s %7s\n", "state", "lay", "B", "variant", "ipw", "us", "copy", "ratio");

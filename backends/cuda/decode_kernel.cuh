@@ -530,11 +530,12 @@ constexpr int kKvSmallW = 4;
 
 template <typename T, Layout kLayout>
 constexpr int default_items_per_warp() {
-  // vk: the cap of plan_launch's rule, 2 (tune_cuda vk on the one-pass
-  // kernel, 2026-11-30: fp32 best at 2 items from B = 8 up but for B = 128,
-  // 1.6% faster at 1; 16-bit at 2, e.g. bf16 B = 128 69.7 us against 71.0
-  // at 4, B = 512 266.0 against 270.2); kv: 4 tiles.
-  return kLayout == Layout::kVK ? 2 : 4;
+  // vk: the cap of plan_launch's rule, 2 for 16-bit states (tune_cuda vk on
+  // the one-pass kernel, 2026-11-30: e.g. bf16 B = 128 69.7 us against 71.0
+  // at 4, B = 512 266.0 against 270.2), 3 for fp32 (tune_cuda ipw, any
+  // count forced: 2 best at B = 8 and 32, 3 from B = 128 up, 133.4 us
+  // against 135.5 at 2, B = 512 522.8 against 534.0); kv: 4 tiles.
+  return kLayout == Layout::kVK ? (sizeof(T) == 4 ? 3 : 2) : 4;
 }
 
 // Largest group a fused block owns (G = Hv / Hk v-heads): a vk warp works on

@@ -1610,10 +1610,12 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
   // B = 8 up (nothing in flight behind it); more items than this rule gives
   // lengthen the last wave (bf16 B = 32: 2 items 1.34x, 8 items 1.49x).
   // (Long grids gained from 4 on the two-pass kernel, bf16 B = 128 1.15x vs
-  // 1.21x at 2; on the one-pass kernel 2 is best: default_items_per_warp.)
+  // 1.21x at 2; on the one-pass kernel 2 is best, and 3 for fp32 states in
+  // grids of >= 16 waves' items: default_items_per_warp.)
   const int64_t slots = int64_t(resident_warps) * sms;
   int ipw = items <= slots || cap < 2 ? 1 : 2;
   while (ipw * 2 <= cap && items >= int64_t(4) * (ipw * 2) * slots) ipw *= 2;
+  if (ipw == 2 && cap >= 3 && items >= int64_t(16) * slots) ipw = 3;
   const int warps_per_head = (g.items_per_head + ipw - 1) / ipw;
   // Largest power-of-two block up to 8 warps that the head's warps fill,
   // halved while the grid would leave SMs short of blocks (split V across
