@@ -1,11 +1,13 @@
 // gdnkit tests — what only the CUDA backend has to prove: CUDA graph capture,
-// programmatic launch, a pool beyond 2^32 elements, and alignment handling at
-// the API. Skips
+// programmatic launch, every GPU of a process, a pool beyond 2^32 elements,
+// and alignment handling at the API. Skips
 // cleanly without a GPU (CI), like the shared suites.
 #include <cuda_runtime.h>
 
 #include <cstring>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "random_case.hpp"
 
@@ -126,6 +128,61 @@ TEST_F(CudaOnly, ProgrammaticLaunchOfTheFusedMiddleInAGraph) {
       cudaGraphDestroy(graph);
       cudaStreamDestroy(stream);
     }
+}
+
+// One process driving every GPU it sees: kernel attributes (the shared-memory
+// opt-in that kv at Dk = 256 needs past 48 KiB, the fused stages') are per
+// device, so each GPU must get them at its first launch, not only the GPU of
+// the process's first call. Per GPU: a kv step at Dk = 256 in the 8-warp
+// tile (B = 256) and the fused middle at Dk = 256, checked against the
+// reference; and the same bits on every GPU. Skips with fewer than two GPUs.
+TEST_F(CudaOnly, EveryGpuOfTheProcess) {
+  int n = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&n), cudaSuccess);
+  if (n < 2) GTEST_SKIP() << n << " GPU(s): nothing to compare across devices";
+  int first = 0;
+  ASSERT_EQ(cudaGetDevice(&first), cudaSuccess);
+  for (bool fused : {false, true}) {
+    CaseSpec spec;
+    spec.name = fused ? "every gpu, fused" : "every gpu, step";
+    spec.seed = fused ? 41 : 43;
+    spec.batch = fused ? 3 : 256;
+    spec.hk = 2;
+    spec.hv = 4;
+    spec.dk = 256;
+    spec.dv = 128;
+    spec.layout = gdn::Layout::kKV;
+    spec.state = gdn::DType::kBF16;
+    if (fused) {
+      spec.conv_width = 3;
+      spec.norm = true;
+    }
+    const HostCase hc = make_case(spec);
+    const RefResult R = fused ? reference_step(hc.ref, hc.pool, hc.conv_pool) : reference_step(hc.ref, hc.pool);
+    std::vector<uint8_t> o0, state0;
+    for (int dev = 0; dev < n; ++dev) {
+      SCOPED_TRACE(spec.name + ", device " + std::to_string(dev));
+      ASSERT_EQ(cudaSetDevice(dev), cudaSuccess);
+      DeviceCase dc(hc, gdn::Backend::kCuda);
+      const gdn::Status st = dc.run();
+      ASSERT_TRUE(st.ok()) << st.message;
+      uint32_t counter = 0;
+      std::memcpy(&counter, dc.counter.download().data(), 4);
+      const std::vector<uint8_t> o = dc.o.download(), state = dc.state.download();
+      if (fused)
+        check_step(hc, R, o, hc.state, state, hc.conv_state, dc.conv_state.download(), counter);
+      else
+        check_step(hc, R, o, hc.state, state, counter);
+      if (dev == 0) {
+        o0 = o;
+        state0 = state;
+      } else {
+        EXPECT_TRUE(o == o0) << "output differs from device 0's";
+        EXPECT_TRUE(state == state0) << "state differs from device 0's";
+      }
+    }
+  }
+  ASSERT_EQ(cudaSetDevice(first), cudaSuccess);
 }
 
 // A pool of more than 2^32 elements with the row's slot beyond that offset:

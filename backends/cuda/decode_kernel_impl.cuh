@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 
 #include "decode_kernel.cuh"
 
@@ -1407,17 +1408,37 @@ auto with_io(const DecodeParams& p, F&& f) {
   return f(MixedIO{});
 }
 
-// Warps of the kernel one SM holds at once (registers and the ring's shared
-// memory), read once per process on the device current at the first call (all
-// GPUs of one process are taken to be alike); also raises the kernel's
-// dynamic shared-memory limit, which the kv ring needs past 48 KiB (Dk = 256).
-// Function attributes are per device: a process that drives several GPUs
-// gets the raised limit on the first one only (kv Dk = 256 elsewhere fails
-// to launch, reported as a status); a per-device table is the fix, not yet
-// run on a GPU.
+// Facts about a kernel instantiation on the current device, computed at its
+// first launch there and kept: function attributes (the shared-memory opt-in,
+// the carveout) are per device, so a process that drives several GPUs sets
+// them on each (once per process, a second GPU got none: kv at Dk = 256,
+// whose ring needs the opt-in past 48 KiB, failed to launch there).
+// `compute` returns a value > 0; a device past the table computes it at every
+// call. Races only repeat idempotent work.
+constexpr int kMaxCachedDevices = 64;
+template <typename F>
+int per_device(std::atomic<int> (&cache)[kMaxCachedDevices], F&& compute) {
+  int dev = -1;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    dev = -1;
+  }
+  if (dev < 0 || dev >= kMaxCachedDevices) return compute();
+  int v = cache[dev].load(std::memory_order_acquire);
+  if (v == 0) {
+    v = compute();
+    cache[dev].store(v, std::memory_order_release);
+  }
+  return v;
+}
+
+// Warps of the kernel one SM of the current device holds at once (registers
+// and the ring's shared memory); also raises the kernel's dynamic
+// shared-memory limit there, which the kv ring needs past 48 KiB (Dk = 256).
 template <typename T, Layout kLayout, int kDk, int kP, typename IO>
 int resident_warps_per_sm() {
-  static const int warps = [] {
+  static std::atomic<int> cache[kMaxCachedDevices];
+  return per_device(cache, [] {
     const int w = kLayout == Layout::kKV ? kP : 8;
     const size_t smem = smem_bytes<T, kLayout, kDk, kP>(w);
     const void* k = kernel_of<T, kLayout, kDk, kP, IO>();
@@ -1435,16 +1456,16 @@ int resident_warps_per_sm() {
       blocks = 1;
     }
     return blocks * w;
-  }();
-  return warps;
+  });
 }
 
 // The fused instantiation's dynamic shared-memory limit, raised once per
-// process (as above) to the most any launch of it asks for: 8 warps' ring,
+// device (as above) to the most any launch of it asks for: 8 warps' ring,
 // a group of kMaxFusedGroup heads, Dv = kMaxHeadDim.
 template <typename T, Layout kLayout, int kDk, int kP, typename IO>
 bool fused_ready() {
-  static const bool ready = [] {
+  static std::atomic<int> cache[kMaxCachedDevices];
+  return per_device(cache, [] {
 #if defined(GDN_HIP)
     constexpr bool kClusters = false;
 #else
@@ -1456,31 +1477,30 @@ bool fused_ready() {
     (void)cudaFuncSetAttribute(kernel_of<T, kLayout, kDk, kP, IO, true>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                int(smem));
     (void)cudaGetLastError();
-    return true;
-  }();
-  return ready;
+    return 1;
+  }) == 1;
 }
 
-// Whether a kernel can use sm_90 launch features, programmatic launch (PDL)
-// and thread-block clusters: its code has the griddepcontrol and cluster
-// instructions (built from sm_90 or newer PTX, not JIT-compiled from
-// compute_80) and the GPU is sm_90 or newer. Once per kernel and process,
-// like the above.
+// Whether a kernel can use sm_90 launch features on the current device,
+// programmatic launch (PDL) and thread-block clusters: its code has the
+// griddepcontrol and cluster instructions (built from sm_90 or newer PTX,
+// not JIT-compiled from compute_80) and the GPU is sm_90 or newer. Once per
+// kernel and device, like the above.
 template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused>
 bool sm90_capable() {
 #if defined(GDN_HIP)
   return false;
 #else
-  static const bool capable = [] {
+  static std::atomic<int> cache[kMaxCachedDevices];
+  return per_device(cache, [] {
     cudaFuncAttributes a{};
     int dev = 0, major = 0;
     const bool ok = cudaFuncGetAttributes(&a, kernel_of<T, kLayout, kDk, kP, IO, kFused>()) == cudaSuccess &&
                     cudaGetDevice(&dev) == cudaSuccess &&
                     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess;
     (void)cudaGetLastError();
-    return ok && major >= 9 && a.ptxVersion >= 90;
-  }();
-  return capable;
+    return ok && major >= 9 && a.ptxVersion >= 90 ? 2 : 1;
+  }) == 2;
 #endif
 }
 
