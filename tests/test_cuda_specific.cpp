@@ -1,7 +1,7 @@
 // gdnkit tests — what only the CUDA backend has to prove: CUDA graph capture,
-// programmatic launch, every GPU of a process, a pool beyond 2^32 elements,
-// and alignment handling at the API. Skips
-// cleanly without a GPU (CI), like the shared suites.
+// programmatic launch, the fused middle at large B, every GPU of a process, a
+// pool beyond 2^32 elements, and alignment handling at the API. Skips cleanly
+// without a GPU (CI), like the shared suites.
 #include <cuda_runtime.h>
 
 #include <cstring>
@@ -127,6 +127,31 @@ TEST_F(CudaOnly, ProgrammaticLaunchOfTheFusedMiddleInAGraph) {
       cudaGraphExecDestroy(exec);
       cudaGraphDestroy(graph);
       cudaStreamDestroy(stream);
+    }
+}
+
+// The fused middle with more groups (row, k-head) than SMs, where a group is
+// one block streaming all its G heads' tiles (kv) or 8 warps streaming 8 or
+// 4 items each (vk), the geometry the shared suites' small batches never
+// reach (they split groups over clusters on sm_90). Checked against the
+// reference.
+TEST_F(CudaOnly, FusedMiddleWithMoreGroupsThanSms) {
+  for (gdn::DType state : {gdn::DType::kF32, gdn::DType::kBF16})
+    for (gdn::Layout layout : {gdn::Layout::kKV, gdn::Layout::kVK}) {
+      CaseSpec spec;
+      spec.name = std::string("fused, 320 groups, ") + gdn::to_string(state) + " " + gdn::to_string(layout);
+      spec.seed = 51;
+      spec.batch = 160;
+      spec.hk = 2;
+      spec.hv = 4;
+      spec.dk = spec.dv = 128;
+      spec.state = state;
+      spec.layout = layout;
+      spec.conv_width = 4;
+      spec.conv_bias = true;
+      spec.norm = true;
+      SCOPED_TRACE(spec.name);
+      run_and_check(spec, gdn::Backend::kCuda);
     }
 }
 
