@@ -102,7 +102,9 @@ void sweep_items_per_warp(int sms) {
 }
 
 // Optional arguments: "vk" or "kv" sweeps that layout only ("blocks": the vk
-// block size at small B; "ipw": vk items a warp, forced); a second one keeps the variants whose name has it.
+// block size at small B; "ipw": vk items a warp, forced); a second one keeps
+// the variants whose name has it. (A kv variant runs the planner's choice,
+// which takes 4-warp tiles in one-round grids: "kv W=8" at B = 1 is 4 warps.)
 int main(int argc, char** argv) {
   const std::string only = argc > 1 ? argv[1] : "";
   const std::string variant = argc > 2 ? argv[2] : "";  // e.g. "W=8": variants whose name contains it

@@ -43,7 +43,9 @@
 // -----------------------------------------------------------------
 // Large B*Hv: 2 items a warp and up to 8 warps a block, so a head's Dv
 // outputs are one block (bf16 at Dv = 128: 16 items of 8 columns, 4 warps)
-// or two consecutive ones (fp32: 32 items of 4 columns, 16 warps).
+// or two consecutive ones (fp32: 32 items of 4 columns, 16 warps; from
+// about B = 128 at Hv = 32, 3 items a warp: 11 warps, the second block's
+// last 5 idle, 1.5-2% faster all the same, see default_items_per_warp).
 // Streaming items with the next one in flight took B = 512 from 1.91x to
 // 1.06x the copy floor; 2 items rather than more keeps the last wave short
 // (bf16 B = 32: 1.34x vs 1.49x at 8; bench/RESULTS.md has both sweeps).
@@ -52,7 +54,7 @@
 // 32 heads for 132 SMs, and a block per head would leave three quarters of the
 // memory system idle. A warp's item and its reduction order never depend on
 // W or items per warp, so results are bitwise identical whatever split the
-// batch size picks (batch-invariant and deterministic; tested B = 1 vs 512).
+// batch size picks (batch-invariant and deterministic; tested B = 1 vs 600).
 // The later gated-RMSNorm epilogue needs all Dv outputs of a head: the
 // blocks of one head (one or two at large B, up to 16-32 one-warp blocks at
 // B = 1) are always consecutive in the grid, so they can form a thread-block
