@@ -45,7 +45,8 @@
 // outputs are one block (bf16 at Dv = 128: 16 items of 8 columns, 4 warps)
 // or two consecutive ones (fp32: 32 items of 4 columns, 16 warps; from
 // about B = 128 at Hv = 32, 3 items a warp: 11 warps, the second block's
-// last 5 idle, 1.5-2% faster all the same, see default_items_per_warp).
+// last 5 idle, 1.5-2% faster all the same, and faster than 4-warp blocks
+// with 1 idle; see default_items_per_warp).
 // Streaming items with the next one in flight took B = 512 from 1.91x to
 // 1.06x the copy floor; 2 items rather than more keeps the last wave short
 // (bf16 B = 32: 1.34x vs 1.49x at 8; bench/RESULTS.md has both sweeps).
