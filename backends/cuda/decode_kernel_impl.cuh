@@ -679,6 +679,27 @@ __device__ __forceinline__ void start_step_loads(const DecodeParams& p, bool sma
   }
 }
 
+// The fused kernels' first loads (both layouts): the prologue's, then the
+// state's (before the wait under a programmatic launch: the inputs may still
+// be being written by the previous kernel), then q, k, v and the gates once
+// the prologue's outputs are in shared memory.
+template <typename IO, typename IssueState, typename IssueSmall>
+__device__ __forceinline__ void start_fused_loads(const DecodeParams& p, const Group& grp, const RowSlots& slots,
+                                                  const FusedSmem& sm, IssueState&& issue_state,
+                                                  IssueSmall&& issue_small) {
+  fused_begin(p, grp, sm);
+  if (p.programmatic_launch) issue_state();
+  wait_upstream();
+  GDN_MARK(1);
+  fused_prologue<IO>(p, grp, slots, sm, [&] {
+    if (!p.programmatic_launch) issue_state();
+  });
+  __syncthreads();
+  GDN_MARK(2);
+  fused_arrive(p, grp, sm);
+  issue_small();
+}
+
 // A padding row of a group: zero the outputs of its G heads (block 0 of a cluster).
 __device__ __forceinline__ void zero_group_outputs(const DecodeParams& p, const Group& grp) {
   if (grp.rank != 0) return;
@@ -947,24 +968,11 @@ __global__ void __launch_bounds__(8 * kWarp,
     }
     if constexpr (!kFused) gate_in = load_gate_inputs<IO>(p, b, h);
   };
-  // Fused: the prologue's loads, then the state's (before the wait under a
-  // programmatic launch), then the small ones; step: start_step_loads.
   GDN_MARK(0);
-  if constexpr (kFused) {
-    fused_begin(p, grp, sm);
-    if (p.programmatic_launch) issue_state();
-    wait_upstream();
-    GDN_MARK(1);
-    fused_prologue<IO>(p, grp, slots, sm, [&] {
-      if (!p.programmatic_launch) issue_state();
-    });
-    __syncthreads();
-    GDN_MARK(2);
-    fused_arrive(p, grp, sm);
-    issue_small();
-  } else {
+  if constexpr (kFused)
+    start_fused_loads<IO>(p, grp, slots, sm, issue_state, issue_small);
+  else
     start_step_loads(p, small_loads_first, issue_state, issue_small);
-  }
   // ... then the values.
   float vj = convert_v(v_first);
   float qh[kRowsHeld], kh[kRowsHeld];
@@ -1245,24 +1253,11 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     }
     if constexpr (!kFused) gate_in = load_gate_inputs<IO>(p, b, h0);
   };
-  // Fused: the prologue's loads, then the state's (before the wait under a
-  // programmatic launch), then the small ones; step: start_step_loads.
   GDN_MARK(0);
-  if constexpr (kFused) {
-    fused_begin(p, grp, sm);
-    if (p.programmatic_launch) issue_state();
-    wait_upstream();
-    GDN_MARK(1);
-    fused_prologue<IO>(p, grp, slots, sm, [&] {
-      if (!p.programmatic_launch) issue_state();
-    });
-    __syncthreads();
-    GDN_MARK(2);
-    fused_arrive(p, grp, sm);
-    issue_small();
-  } else {
+  if constexpr (kFused)
+    start_fused_loads<IO>(p, grp, slots, sm, issue_state, issue_small);
+  else
     start_step_loads(p, small_loads_first, issue_state, issue_small);
-  }
   // ... then the values.
   float vj = convert_v(v_first);
   float qh[kRows], kh[kRows];
