@@ -1364,6 +1364,269 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   GDN_MARK(8);
 }
 
+// ---- kv, the step: the tile in registers ------------------------------------
+// Ascending reduce-scatter over the lanes that hold a chunk's row groups (lane
+// bits kOff = kW, 2 kW, ... below kWarp): at each offset the lane with the bit
+// set keeps the upper half of its kN values, adds the partner's copy of
+// them, and sends the other half; once one value is left the remaining
+// offsets are plain butterflies. Row group bit 0 first, so a tile of any kW
+// adds a column's row groups in one balanced tree (see decode_kv_step_kernel).
+template <int kN, int kOff, int kC>
+__device__ __forceinline__ void reduce_halves_up(float (&x)[kC], int lane) {
+  if constexpr (kOff < kWarp) {
+    if constexpr (kN > 1) {
+      const bool upper = (lane & kOff) != 0;
+#pragma unroll
+      for (int k = 0; k < kN / 2; ++k) {
+        const float keep = upper ? x[k + kN / 2] : x[k];
+        const float send = upper ? x[k] : x[k + kN / 2];
+        x[k] = keep + warp_shfl_xor(send, kOff);
+      }
+      reduce_halves_up<kN / 2, kOff * 2>(x, lane);
+    } else {
+      x[0] += warp_shfl_xor(x[0], kOff);
+      reduce_halves_up<1, kOff * 2>(x, lane);
+    }
+  }
+}
+
+// kv step (no prologue or epilogue): a block of kW warps owns a tile of kW
+// 16-byte chunks of every row, as KvSmemTile, but no warp reads another's
+// state. Thread t copies chunk t % kW of rows r + kWarp n (row group r =
+// t / kW; a warp instruction covers whole 128-byte row segments at kW = 8)
+// into its own slots of a shared-memory ring (cp.async: the next tile in
+// flight without registers), reads its chunks back once they land (no
+// barrier: its own copies), forms the partial sums S^T k_hat and S^T q_hat
+// of the chunk's kVec columns over its kRows rows, sums them over the row
+// groups its warp holds (reduce_halves_up) and posts them to shared memory.
+// After one barrier one thread a column adds the kW warps' partials, forms
+// delta and the output; after a second, every thread reads its chunk's
+// deltas and stores S' from its registers. Against decode_kv_kernel (the
+// tile transposed through shared memory: a warp a chunk, S' written back
+// and the block storing rows) the state crosses shared memory once, not
+// four times, and only 2 kVec partial sums a thread are exchanged.
+// The sum over a column's Dk rows is one balanced tree over the kWarp row
+// groups (each group's kRows rows added in order first), row group bit 0
+// first: bits below log2(kWarp / kW) inside the warp, the rest across warps
+// in the same pairwise order, so the result does not depend on kW (the
+// 4-warp tiles of one-round grids are bitwise the 8-warp tiles) nor on the
+// tiles a block streams.
+template <typename T, int kDk, int kW, typename IO>
+__global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) : 1)
+    decode_kv_step_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
+                          FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale,
+                          bool small_loads_first) {
+  using Tile = KvSmemTile<T, kDk, kW>;
+  using V = Vec<T>;
+  constexpr int kVec = V::kN, kRows = Tile::kRows, kCols = Tile::kCols, kThreads = Tile::kThreads;
+  constexpr int kSums = 2 * kVec;  // value c: S^T k_hat of column c; kVec + c: S^T q_hat
+  // values a lane holds after the in-warp levels (kWarp / kW row groups a warp)
+  constexpr int kHeld = kSums * kW / kWarp > 0 ? kSums * kW / kWarp : 1;
+  static_assert(kCols <= kThreads, "one finishing thread a column");
+  static_assert(kWarp / kW >= 2, "the first in-warp level forms the sums");
+  // dynamic: kKvStages stages of [kRows][kThreads] chunks (thread t's at t)
+  extern __shared__ uint4 smem_raw[];
+  V* const ring = reinterpret_cast<V*>(smem_raw);
+  __shared__ float part[kW * kW * kSums];  // [warp][chunk][value]
+  __shared__ float dl[kCols];              // delta of the tile's columns
+
+  const int Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
+  const int tid = int(threadIdx.x), warp = tid / kWarp, lane = tid % kWarp;
+  const unsigned row_head = by_blocks_per_head.div(blockIdx.x);
+  const int blk = int(blockIdx.x - row_head * by_blocks_per_head.d);
+  const unsigned b32 = by_hv.div(row_head);
+  const int h = int(row_head - b32 * unsigned(Hv));
+  const int64_t b = b32;
+  int t = blk * tiles_per_block;
+  const int t_end = min(tiles_per_head, t + tiles_per_block);
+
+  const RowSlots slots = row_slots(p, b, h, blk);
+  if (slots.s_in < 0 || slots.s_in >= p.num_slots) {
+    // Padding row (uniform over the block): zero this block's outputs, touch no state.
+    const int64_t o_base = b * p.o_batch_stride + int64_t(h) * p.o_head_stride;
+    const int j_end = min(Dv, t_end * kCols);
+    for (int j = t * kCols + tid; j < j_end; j += kThreads) store_any(p.o, p.o_dtype, o_base + j, 0.0f);
+    return;
+  }
+
+  // This thread's chunk and row group (its rows: rg + kWarp n).
+  const int chunk = tid % kW, rg = tid / kW;
+  const int64_t head_off = int64_t(h) * Dk * Dv;
+  const T* s_in = static_cast<const T*>(p.state) + slots.s_in * p.state_slot_stride + head_off;
+  T* s_out = static_cast<T*>(p.state) + slots.s_out * p.state_slot_stride + head_off;
+  // Copy the thread's chunks of tile tt into ring stage `stage` (zeros past
+  // Dk or Dv: a chunk starts at a multiple of kVec, which divides Dv, so it
+  // is all in or all out), nothing past the block's last tile, and close
+  // the group either way so group k is the block's tile k.
+  auto issue_tile = [&](int tt, int stage) {
+    if (tt < t_end) {
+      const int j = tt * kCols + chunk * kVec;
+#pragma unroll
+      for (int n = 0; n < kRows; ++n) {
+        const int i = rg + n * kWarp;
+        const bool in = i < Dk && j < Dv;
+        copy16_async(ring + (stage * kRows + n) * kThreads + tid, in ? s_in + i * Dv + j : s_in, in);
+      }
+    }
+    async_commit();
+  };
+  // The finishing thread of column tid (tid < kCols) loads its v (two steps, see RawRun).
+  const bool finisher = tid < kCols;
+  auto load_v = [&](int tt, IoRun<IO, 1>& run) {
+    const int j = tt * kCols + tid;
+    if (finisher) run.load(p.qkv_dtype, p.v, b * p.v_batch_stride + int64_t(h) * p.v_head_stride + (j < Dv ? j : 0));
+  };
+
+  // ---- 1. the first kKvStages - 1 tiles' state, and v, q, k and the gates
+  // (the order as decode_kernel: start_step_loads)
+  auto issue_state = [&] {
+#pragma unroll
+    for (int st = 0; st < kKvStages - 1; ++st) issue_tile(t + st, st);
+  };
+  IoRun<IO, 1> v_run, q_raw[kRows], k_raw[kRows];
+  GateInputs<IO> gate_in;
+  auto issue_small = [&] {
+    load_v(t, v_run);
+    const unsigned hq = by_head_map.div(unsigned(h));
+    const int hk = p.head_map == HeadMap::kInterleaved ? int(hq) : h - int(hq) * p.num_k_heads;
+    const int64_t q_base = b * p.q_batch_stride + int64_t(hk) * p.q_head_stride;
+    const int64_t k_base = b * p.k_batch_stride + int64_t(hk) * p.k_head_stride;
+#pragma unroll
+    for (int n = 0; n < kRows; ++n) {
+      const int i = lane + n * kWarp < Dk ? lane + n * kWarp : 0;
+      q_raw[n].load(p.qkv_dtype, p.q, q_base + i);
+      k_raw[n].load(p.qkv_dtype, p.k, k_base + i);
+    }
+    gate_in = load_gate_inputs<IO>(p, b, h);
+  };
+  start_step_loads(p, small_loads_first, issue_state, issue_small);
+  float vj = v_run.value(finisher);
+  float qh[kRows], kh[kRows];
+#pragma unroll
+  for (int n = 0; n < kRows; ++n) {
+    const int i = lane + n * kWarp;
+    qh[n] = q_raw[n].value(i < Dk);
+    kh[n] = k_raw[n].value(i < Dk);
+  }
+  const Gates gates = finish_gates(p, gate_in);
+  const float decay = gates.decay, beta = gates.beta;
+
+  // ---- 2. l2norm (every warp's lanes hold all of Dk: lane l rows l + kWarp n),
+  // then each thread takes q_hat, k_hat of its own rows rg + kWarp n from lane rg.
+  const float kq = l2_normalize<1, kWarp>(p, lane, qh, kh);
+  float qr[kRows], kr[kRows];
+#pragma unroll
+  for (int n = 0; n < kRows; ++n) {
+    qr[n] = warp_shfl(qh[n], rg);
+    kr[n] = warp_shfl(kh[n], rg);
+  }
+
+  // ---- 3. the block's tiles, kKvStages - 1 of them in flight while one computes
+  for (int stage = 0;; stage = stage + 1 == kKvStages ? 0 : stage + 1) {
+    const bool has_next = t + 1 < t_end;
+    // Stage stage - 1 held the previous tile, which this thread has read.
+    issue_tile(t + kKvStages - 1, stage == 0 ? kKvStages - 1 : stage - 1);
+    IoRun<IO, 1> v_next;
+    if (has_next) load_v(t + 1, v_next);
+    async_wait<kKvStages - 1>();  // this thread's chunks of tile t have landed
+    V s[kRows];
+#pragma unroll
+    for (int n = 0; n < kRows; ++n) s[n] = ring[(stage * kRows + n) * kThreads + tid];
+    // Partial sums over the thread's rows, in row order, and at once the first
+    // in-warp level (offset kW): the lane with that bit set keeps S^T q_hat of
+    // each column and sends S^T k_hat, its partner the other way round, so at
+    // most kVec + 2 sums are live.
+    float x[kVec];
+    const bool upper = (lane & kW) != 0;
+#pragma unroll
+    for (int c = 0; c < kVec; ++c) {
+      float sk = 0.0f, sq = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kRows; ++n) {
+        const float sv = Elem<T>::to_float(s[n].x[c]);
+        sk += sv * kr[n];
+        sq += sv * qr[n];
+      }
+      x[c] = (upper ? sq : sk) + warp_shfl_xor(upper ? sk : sq, kW);
+    }
+    // The other in-warp levels; the lane then holds kHeld values from index
+    // `first` (named by the halving levels' bits), and one lane of those
+    // that share them (the plain levels' bits zero) posts them.
+    reduce_halves_up<kVec, 2 * kW>(x, lane);
+    int first = upper ? kVec : 0;
+#pragma unroll
+    for (int l = 1, n = kVec / 2; n >= kHeld && (kW << l) < kWarp; ++l, n /= 2)
+      if (lane & (kW << l)) first += n;
+    bool poster = true;
+#pragma unroll
+    for (int off = kW * (kSums / kHeld); off < kWarp; off *= 2) poster = poster && !(lane & off);
+    if (poster) {
+#pragma unroll
+      for (int k = 0; k < kHeld; ++k) part[(warp * kW + chunk) * kSums + first + k] = x[k];
+    }
+    __syncthreads();  // A: every warp's partial sums are posted
+    const int jt = t * kCols;
+    if (finisher) {
+      // Column tid (chunk tid / kVec, column c = tid % kVec of it): the warps'
+      // partials added pairwise, warp bit 0 first (the tree goes on from the
+      // warp's levels).
+      const int fc = tid / kVec, fv = tid % kVec;
+      float a[kW], e[kW];
+#pragma unroll
+      for (int w = 0; w < kW; ++w) {
+        a[w] = part[(w * kW + fc) * kSums + fv];
+        e[w] = part[(w * kW + fc) * kSums + kVec + fv];
+      }
+#pragma unroll
+      for (int st = 1; st < kW; st *= 2)
+#pragma unroll
+        for (int w = 0; w < kW; w += 2 * st) {
+          a[w] += a[w + st];
+          e[w] += e[w + st];
+        }
+      // delta = beta (v - exp(g) sk)
+      const float d = beta * (vj - decay * a[0]);
+      dl[tid] = d;
+      // o = scale (exp(g) sq + (k_hat . q_hat) delta)
+      const float o_val = scale * (decay * e[0] + kq * d);
+      const int j = jt + tid;
+      if (j < Dv) {
+        const int64_t o_base = b * p.o_batch_stride + int64_t(h) * p.o_head_stride;
+        with_dtype<IO>(p.o_dtype, [&](auto tag) {
+          using E = decltype(tag);
+          static_cast<E*>(p.o)[o_base + j] = Elem<E>::from_float(o_val);
+        });
+      }
+    }
+    __syncthreads();  // B: the tile's deltas are posted
+    if (slots.write) {
+      const int j = jt + chunk * kVec;
+      float delta[kVec];
+#pragma unroll
+      for (int c = 0; c < kVec; ++c) delta[c] = dl[chunk * kVec + c];
+#pragma unroll
+      for (int n = 0; n < kRows; ++n) {
+        const int i = rg + n * kWarp;
+        // S' = exp(g) S + k_hat delta
+        V nv;
+#pragma unroll
+        for (int c = 0; c < kVec; ++c)
+          nv.x[c] = Elem<T>::from_float(decay * Elem<T>::to_float(s[n].x[c]) + kr[n] * delta[c]);
+        if (i < Dk && j < Dv) *reinterpret_cast<V*>(s_out + i * Dv + j) = nv;
+      }
+    }
+    if (!has_next) break;
+    ++t;
+    vj = v_next.value(finisher);
+  }
+}
+
+// Dynamic shared memory of the kv step kernel: its ring.
+template <typename T, int kDk, int kW>
+constexpr size_t kv_step_smem_bytes() {
+  return size_t(kKvStages) * KvSmemTile<T, kDk, kW>::kRows * KvSmemTile<T, kDk, kW>::kThreads * 16;
+}
+
 // Dynamic shared memory of a block: the ring (vk: kStages items per warp; kv:
 // kKvStages tiles per block).
 template <typename T, Layout kLayout, int kDk, int kP>
@@ -1383,7 +1646,9 @@ constexpr size_t smem_bytes(int warps_per_block) {
 // The kernel of (T, kLayout, kDk, kP, IO, kFused).
 template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused = false>
 const void* kernel_of() {
-  if constexpr (kLayout == Layout::kKV)
+  if constexpr (kLayout == Layout::kKV && !kFused)
+    return reinterpret_cast<const void*>(&decode_kv_step_kernel<T, kDk, kP, IO>);
+  else if constexpr (kLayout == Layout::kKV)
     return reinterpret_cast<const void*>(&decode_kv_kernel<T, kDk, kP, IO, kFused>);
   else
     return reinterpret_cast<const void*>(&decode_kernel<T, kLayout, kDk, kP, IO, kFused>);
@@ -1435,7 +1700,11 @@ int resident_warps_per_sm() {
   static std::atomic<int> cache[kMaxCachedDevices];
   return per_device(cache, [] {
     const int w = kLayout == Layout::kKV ? kP : 8;
-    const size_t smem = smem_bytes<T, kLayout, kDk, kP>(w);
+    size_t smem = 0;
+    if constexpr (kLayout == Layout::kKV)
+      smem = kv_step_smem_bytes<T, kDk, kP>();
+    else
+      smem = smem_bytes<T, kLayout, kDk, kP>(w);
     const void* k = kernel_of<T, kLayout, kDk, kP, IO>();
     static_assert(smem_bytes<T, kLayout, kDk, kP>(8) <= GDN_MAX_BLOCK_SMEM, "the ring exceeds a block's shared memory");
     // Failures here only cost speed (the launch reports any real error).
@@ -1669,11 +1938,18 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
         // The tile of kW warps: kP, or (step) kKvSmallW where the plan chose it.
         auto launch_tile = [&](auto w_tag) {
           constexpr int kW = decltype(w_tag)::value;
-          return launch_kernel(&decode_kv_kernel<T, kDk, kW, IO, kFused>, blocks,
-                               unsigned(KvSmemTile<T, kDk, kW>::kThreads),
-                               smem_bytes<T, kLayout, kDk, kW>(kW) + fused_smem, stream, pdl, g.cluster, p,
-                               g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map, scale,
-                               g.group_heads, g.cluster, g.small_loads_first);
+          if constexpr (kFused)
+            return launch_kernel(&decode_kv_kernel<T, kDk, kW, IO, kFused>, blocks,
+                                 unsigned(KvSmemTile<T, kDk, kW>::kThreads),
+                                 smem_bytes<T, kLayout, kDk, kW>(kW) + fused_smem, stream, pdl, g.cluster, p,
+                                 g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map, scale,
+                                 g.group_heads, g.cluster, g.small_loads_first);
+          else
+            return launch_kernel(&decode_kv_step_kernel<T, kDk, kW, IO>, blocks,
+                                 unsigned(KvSmemTile<T, kDk, kW>::kThreads), kv_step_smem_bytes<T, kDk, kW>(),
+                                 stream, pdl, 1, p,
+                                 g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map, scale,
+                                 g.small_loads_first);
         };
         if constexpr (!kFused && kP > kKvSmallW) {
           if (g.warps_per_block == kKvSmallW) {
