@@ -17,27 +17,32 @@
 // items of the same (b, h); the grid is B * Hv * blocks_per_head blocks.
 // That is the vk layout (decode_kernel), where a column is a contiguous run.
 //
-// kv ([Dk, Dv], Dv contiguous; decode_kv_kernel): a column is strided, so a
-// warp owning a few columns would read 16-64 bytes of each row per
-// instruction. Instead a block of kW = 8 warps owns a *tile*: all Dk rows of
-// kW * kVec consecutive columns of one (b, h) (kW 16-byte chunks of each
-// row: 128-byte row segments, 32 fp32 or 64 16-bit columns, 18 KiB of
-// shared memory at Dk = 128 with the padded pitch, per ring stage). The
-// block copies the tile (cp.async) with 16-byte vectors, each warp
-// instruction covering whole 128-byte row segments, into shared memory; warp
-// w then computes the kVec columns of
-// chunk w exactly like a vk warp (lanes over Dk, rows lane + 32 n, 32-lane
-// butterflies), writes S' back to its chunk, and the block stores the rows
-// back the same coalesced way. Two barriers a tile; a block streams up to 4
-// consecutive tiles of its head (items_per_warp counts tiles for kv), the
-// next tile's copies issued before the current tile is computed. The block
+// kv ([Dk, Dv], Dv contiguous; decode_kv_step_kernel): a column is strided,
+// so a warp owning a few columns would read 16-64 bytes of each row per
+// instruction (tried: 2-3x slower from B = 8 up). Instead a block of kW = 8
+// warps owns a *tile*: all Dk rows of kW * kVec consecutive columns of one
+// (b, h) (kW 16-byte chunks of each row: 128-byte row segments, 32 fp32 or
+// 64 16-bit columns). Thread t copies chunk t % kW of rows t / kW + 32 n
+// (cp.async into its own slots of a shared ring, a warp instruction covering
+// four whole row segments), reads those chunks back once they land (its own
+// copies: no barrier), and forms the partial sums S^T k_hat and S^T q_hat of
+// its chunk's columns over its rows; the sums over a warp's row groups go
+// through shuffles, the warps' partials through shared memory (barrier);
+// one thread a column adds them and forms delta and the output; after a
+// second barrier every thread updates the state it holds and stores S'
+// straight from its registers. A block streams up to 4 consecutive tiles of
+// its head, the next tiles' copies in flight while one is reduced. The block
 // count is B * Hv * ceil(tiles / tiles per block). When every tile of a
 // 4-warp tile (64-byte row segments) can have its own block, all resident
-// at once, the launch takes that tile instead (kKvSmallW): at B = 1 (Hv = 32,
-// fp32) 256 blocks of 4 warps rather than 128 of 8, 3.39 us against 3.80.
-// A column's arithmetic depends only on its 16-byte chunk, never on the
-// tiles a block streams or B (nor on kW), so kv is batch-invariant and
-// deterministic like vk.
+// at once, the launch takes that tile instead (kKvSmallW; B = 1 at Hv = 32).
+// The sum over a column's rows is one fixed balanced tree over the 32 row
+// groups, whatever kW and the tiles a block streams, so kv is
+// batch-invariant and deterministic like vk. (Until 2026-11-30 the tile went
+// through shared memory transposed, a warp a chunk, S' written back and the
+// block storing rows: the state crossed shared memory four times; that
+// kernel, decode_kv_fused_kernel, now runs only the fused middle. The step
+// kernel is 3-8% faster: fp32 B = 8 11.8 -> 10.9 us, B = 128 139.6 -> 134.8,
+// bf16 B = 8 7.2 -> 6.4; bench/RESULTS.md, round 6.)
 //
 // How V is split by batch size (vk; kv splits it by tiles, as above)
 // -----------------------------------------------------------------
@@ -416,9 +421,9 @@ __device__ __forceinline__ void async_wait() {
 // a third stage gained at most 2% at B = 512 for vk, lost 4% at B = 8, and
 // made kv slower everywhere from B = 8 up (bf16 B = 512 1.28x -> 1.55x; four
 // stages worse still). GDN_VK_STAGES / GDN_KV_STAGES override them for
-// tune_cuda. Without cp.async (HIP) a second stage would only cost LDS: vk
-// keeps no ring at all (its items load straight into registers) and kv one
-// tile stage (the transposition needs it).
+// tune_cuda (the kv step kernel's own count: kv_step_stages). Without
+// cp.async (HIP) a second stage would only cost LDS: vk keeps no ring at all
+// (its items load straight into registers) and kv one tile stage.
 #if defined(GDN_NO_ASYNC_COPY)
 #define GDN_VK_RING 0
 #else
@@ -436,6 +441,15 @@ __device__ __forceinline__ void async_wait() {
 #endif
 constexpr int kStages = GDN_VK_STAGES;
 constexpr int kKvStages = GDN_KV_STAGES;
+// The kv step kernel's ring (decode_kv_step_kernel): 3 stages for fp32
+// states (both tiles of a B = 8 block in flight from the start: 10.8 us
+// against 10.9), 2 for 16-bit ones, whose blocks then fit more an SM (bf16
+// B = 32 20.0 us against 21.3 at 3 stages; H200, 2026-11-30). Without
+// cp.async the ring is a plain staging buffer and one stage ahead suffices.
+template <typename T>
+constexpr int kv_step_stages() {
+  return GDN_KV_STAGES < 2 ? GDN_KV_STAGES : sizeof(T) == 4 ? 3 : 2;
+}
 
 // A 16-byte vector of state elements.
 template <typename T>
@@ -478,16 +492,17 @@ struct VkTile {
   static constexpr int kColsPerItem = kColsPerStep * kUnroll;
 };
 
-// kv ([Dk, Dv], Dv contiguous), the shared-memory tile of decode_kv_kernel:
-// a block of kW warps owns a tile of kW 16-byte chunks of every row, i.e.
-// kCols = kW * kVec consecutive columns (kW = 8: 128-byte row segments, 32
-// fp32 or 64 16-bit columns). Copy in and out: thread t moves chunk t % kW
-// of rows t / kW + 32 n (n < kRows), so a warp instruction moves 32 / kW
-// rows of kW * 16 contiguous bytes each (kW = 8: four 128-byte segments).
-// Compute: warp w owns chunk w (kVec columns); lane l holds rows l + 32 n.
-// Shared rows are kW + 1 chunks apart (an odd count of 16-byte chunks), so
-// the 8 lanes of each quarter-warp phase reading a chunk of 8 consecutive
-// rows hit 8 different 16-byte bank groups.
+// kv ([Dk, Dv], Dv contiguous), the tile of both kv kernels: a block of kW
+// warps owns a tile of kW 16-byte chunks of every row, i.e. kCols = kW *
+// kVec consecutive columns (kW = 8: 128-byte row segments, 32 fp32 or 64
+// 16-bit columns). Copy in and out: thread t moves chunk t % kW of rows
+// t / kW + 32 n (n < kRows), so a warp instruction moves 32 / kW rows of
+// kW * 16 contiguous bytes each (kW = 8: four 128-byte segments). The step
+// kernel computes on the chunks a thread copied; the fused kernel transposes
+// the tile in shared memory: warp w owns chunk w (kVec columns), lane l
+// holds rows l + 32 n. Its shared rows are kW + 1 chunks apart (an odd
+// count of 16-byte chunks), so the 8 lanes of each quarter-warp phase
+// reading a chunk of 8 consecutive rows hit 8 different 16-byte bank groups.
 template <typename T, int kDk, int kW>
 struct KvSmemTile {
   static_assert(kW == 2 || kW == 4 || kW == 8, "kv: 2, 4 or 8 warps a block");
@@ -525,10 +540,11 @@ constexpr int default_tile_param() {
 // kv in one-round grids: tiles of kKvSmallW warps (64-byte row segments)
 // when every such tile can have its own block, all resident at once (B = 1
 // at the Qwen3.5 shape): twice the blocks of the 8-warp tile, half the warps
-// at each barrier (tune_cuda kv, 2026-11-30: B = 1 fp32 3.39 us against 3.80
-// at 8 warps, bf16 3.12 against 3.42; from B = 8 up 8 warps win or tie).
-// A column's arithmetic never depends on kW, so the switch keeps results
-// bitwise identical (batch invariance holds across it).
+// at each barrier (tune_cuda kv on the shared-memory kv kernel, 2026-11-30:
+// B = 1 fp32 3.39 us against 3.80 at 8 warps, bf16 3.12 against 3.42; from
+// B = 8 up 8 warps win or tie; the step kernel keeps the rule, B = 1 fp32
+// 3.21 us). A column's sum over Dk is the same tree whatever kW, so the
+// switch keeps results bitwise identical (batch invariance holds across it).
 constexpr int kKvSmallW = 4;
 
 template <typename T, Layout kLayout>

@@ -728,8 +728,8 @@ __global__ void __launch_bounds__(8 * kWarp,
     decode_kernel(const __grid_constant__ DecodeParams p, int items_per_head, int items_per_warp,
                   FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale, int group_heads,
                   int warps_per_head, int cluster, bool small_loads_first) {
-  // The vk kernel (kv runs decode_kv_kernel below).
-  static_assert(kLayout == Layout::kVK, "kv runs decode_kv_kernel");
+  // The vk kernel (kv runs decode_kv_step_kernel or decode_kv_fused_kernel below).
+  static_assert(kLayout == Layout::kVK, "kv runs its own kernels");
   constexpr int kColsPerItem = cols_per_item<T, kLayout, kDk, kP>();
   using VkT = VkTile<T, kDk, kP>;
   using V = Vec<T>;
@@ -1069,9 +1069,11 @@ __global__ void __launch_bounds__(8 * kWarp,
   GDN_MARK(8);
 }
 
-// kv layout: a block of kW warps owns a [Dk x kCols] column tile of one
-// (row, head) at a time (decode_kernel.cuh, KvSmemTile), staged through shared
-// memory so global loads and stores move whole 16-byte chunks of row segments.
+// kv layout, the fused middle (conv prologue or norm epilogue on; the step
+// alone runs decode_kv_step_kernel below): a block of kW warps owns a
+// [Dk x kCols] column tile of one (row, head) at a time (decode_kernel.cuh,
+// KvSmemTile), staged through shared memory so global loads and stores move
+// whole 16-byte chunks of row segments.
 // Per tile: the copy threads' cp.async into a ring stage; wait and barrier;
 // each warp computes its kVec columns with lanes over Dk (rows lane + 32 n)
 // and writes S' back to its own chunk of shared; barrier; the copy threads
@@ -1086,18 +1088,17 @@ __global__ void __launch_bounds__(8 * kWarp,
 // written, so in-place updates (s_out == s_in) are safe. Every barrier is
 // reached by all threads: the only early return (padding row) is uniform
 // over the block.
-// kFused: a group (row b, k-head hk) is `cluster` consecutive blocks
+// A group (row b, k-head hk) is `cluster` consecutive blocks
 // (blockIdx = (b * Hk + hk) * cluster + rank; by_hv divides by Hk; cluster > 1
 // only on sm_90) streaming the tiles T = g * tiles_per_head + tile of its G
 // heads, tiles_per_block of them a block.
 // (Fused blocks keep the 64-register budget: 128 registers, tried, lost
 // 10-19% at B = 64 to the halved occupancy. With the prologue's loads two
 // channels deep only the MixedIO instantiations spill, 24-176 bytes.)
-template <typename T, int kDk, int kW, typename IO, bool kFused>
+template <typename T, int kDk, int kW, typename IO>
 __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) : 1)
-    decode_kv_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
-                     FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale, int group_heads,
-                     int cluster, bool small_loads_first) {
+    decode_kv_fused_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
+                           FastDiv by_hv, float scale, int group_heads, int cluster) {
   using Tile = KvSmemTile<T, kDk, kW>;
   using V = Vec<T>;
   constexpr int kVec = V::kN, kRows = Tile::kRows, kCols = Tile::kCols, kPitch = Tile::kPitch;
@@ -1106,50 +1107,29 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   extern __shared__ uint4 smem_raw[];
   V* const tiles = reinterpret_cast<V*>(smem_raw);
 
-  const int Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
-  const FusedSmem sm(reinterpret_cast<float*>(tiles + kKvStages * kDk * kPitch), kFused ? group_heads : 0, Dk, Dv);
+  const int Dk = p.head_dim_k, Dv = p.head_dim_v;
+  const FusedSmem sm(reinterpret_cast<float*>(tiles + kKvStages * kDk * kPitch), group_heads, Dk, Dv);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  // blockIdx = (b * Hv + h) * blocks_per_head + blk, as in decode_kernel; this
-  // block's tiles [t, t_end): never empty (blocks_per_head = ceil(tiles_per_head
-  // / tiles_per_block)). Fused: the group's tiles, all of them.
-  int h0, blk, hk = 0, t, t_end;
-  int64_t b;
-  Group grp{};
-  if constexpr (kFused) {
-    const unsigned group = blockIdx.x / unsigned(cluster);
-    const unsigned b32 = by_hv.div(group);
-    b = b32;
-    hk = int(group - b32 * unsigned(p.num_k_heads));
-    grp = Group{b, hk, group_heads, int(blockIdx.x - group * unsigned(cluster)), cluster, 0, 0};
-    h0 = group_head(p, hk, 0, group_heads);
-    blk = grp.rank;
-    t = grp.rank * tiles_per_block;
-    t_end = min(group_heads * tiles_per_head, t + tiles_per_block);
-    // The block's columns: from its first tile's first to its last tile's last.
-    const int g_first = t / tiles_per_head, g_last = (t_end - 1) / tiles_per_head;
-    grp.lo = g_first * Dv + (t - g_first * tiles_per_head) * kCols;
-    grp.hi = g_last * Dv + min(Dv, (t_end - g_last * tiles_per_head) * kCols);
-  } else {
-    const unsigned row_head = by_blocks_per_head.div(blockIdx.x);
-    blk = int(blockIdx.x - row_head * by_blocks_per_head.d);
-    const unsigned b32 = by_hv.div(row_head);
-    h0 = int(row_head - b32 * unsigned(Hv));
-    b = b32;
-    t = blk * tiles_per_block;
-    t_end = min(tiles_per_head, t + tiles_per_block);
-  }
+  // blockIdx = (b * Hk + hk) * cluster + rank; this block's tiles [t, t_end)
+  // of the group's (never empty).
+  const unsigned group = blockIdx.x / unsigned(cluster);
+  const unsigned b32 = by_hv.div(group);
+  const int64_t b = b32;
+  const int hk = int(group - b32 * unsigned(p.num_k_heads));
+  Group grp{b, hk, group_heads, int(blockIdx.x - group * unsigned(cluster)), cluster, 0, 0};
+  const int blk = grp.rank;
+  int t = grp.rank * tiles_per_block;
+  const int t_end = min(group_heads * tiles_per_head, t + tiles_per_block);
+  // The block's columns: from its first tile's first to its last tile's last.
+  const int g_first = t / tiles_per_head, g_last = (t_end - 1) / tiles_per_head;
+  grp.lo = g_first * Dv + (t - g_first * tiles_per_head) * kCols;
+  grp.hi = g_last * Dv + min(Dv, (t_end - g_last * tiles_per_head) * kCols);
 
-  const RowSlots slots = row_slots(p, b, kFused ? hk : h0, blk);
+  const RowSlots slots = row_slots(p, b, hk, blk);
   if (slots.s_in < 0 || slots.s_in >= p.num_slots) {
     // Padding row (uniform over the block: no barrier is skipped by part of
-    // it): zero this block's outputs, touch no state.
-    if constexpr (kFused) {
-      zero_group_outputs(p, grp);
-    } else {
-      const int64_t o_base = b * p.o_batch_stride + int64_t(h0) * p.o_head_stride;
-      const int j_end = min(Dv, t_end * kCols);
-      for (int j = t * kCols + int(threadIdx.x); j < j_end; j += kW * kWarp) store_any(p.o, p.o_dtype, o_base + j, 0.0f);
-    }
+    // it): zero the group's outputs, touch no state.
+    zero_group_outputs(p, grp);
     return;
   }
 
@@ -1159,17 +1139,13 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   // 64-bit arithmetic once per slot (and head); inside a head offsets are below 2^16.
   const T* s_in_slot = static_cast<const T*>(p.state) + slots.s_in * p.state_slot_stride;
   T* s_out_slot = static_cast<T*>(p.state) + slots.s_out * p.state_slot_stride;
-  // Tile T of the block: group member g (0 unless fused), its head, and the tile within the head.
+  // Tile T of the block: group member g, its head, and the tile within the head.
   struct Pos {
     int g, h, tile;
   };
   auto pos = [&](int tt) -> Pos {
-    if constexpr (kFused) {
-      const int g = tt / tiles_per_head;
-      return Pos{g, group_head(p, hk, g, group_heads), tt - g * tiles_per_head};
-    } else {
-      return Pos{0, h0, tt};
-    }
+    const int g = tt / tiles_per_head;
+    return Pos{g, group_head(p, hk, g, group_heads), tt - g * tiles_per_head};
   };
   auto head_off = [&](int h) { return int64_t(h) * Dk * Dv; };
 
@@ -1208,7 +1184,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   };
   auto load_v = [&](int tt, VLoad& l) {
     l.tt = tt;
-    if (kFused && p.conv_width > 0) return;
+    if (p.conv_width > 0) return;
     const Pos q = pos(tt);
     const int j = q.tile * kCols + warp * kVec + out_c;
     l.run.load(p.qkv_dtype, p.v, b * p.v_batch_stride + int64_t(q.h) * p.v_head_stride + (j < Dv ? j : 0));
@@ -1216,31 +1192,26 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   auto convert_v = [&](const VLoad& l) -> float {
     const Pos q = pos(l.tt);
     const int j = q.tile * kCols + warp * kVec + out_c;
-    if (kFused && p.conv_width > 0) return j < Dv ? sm.vo[q.g * Dv + j] : 0.0f;
+    if (p.conv_width > 0) return j < Dv ? sm.vo[q.g * Dv + j] : 0.0f;
     return l.run.value(j < Dv);
   };
 
-  // ---- 1. the first kKvStages - 1 tiles' state and v, q, k and the gates,
-  // the small loads first in a one-round grid (as in decode_kernel). (Fused:
-  // the prologue's loads first, then the state's. A programmatic launch
+  // ---- 1. the first kKvStages - 1 tiles' state and v, q, k: the prologue's
+  // loads first, then the state's (start_fused_loads; a programmatic launch
   // issues the state's before the wait, and the rest once the previous
-  // kernel is done.)
+  // kernel is done). The gates come from the prologue.
   auto issue_state = [&] {
 #pragma unroll
     for (int st = 0; st < kKvStages - 1; ++st) issue_tile(t + st, st);
   };
   // The token's small loads, all issued before any is used (RawRun): v of
-  // the first tile, q and k rows (a row past Dk reads row 0), the gates' inputs.
+  // the first tile, q and k rows (a row past Dk reads row 0); with the conv
+  // on, they come from the prologue.
   VLoad v_first;
   IoRun<IO, 1> q_raw[kRows], k_raw[kRows];
-  GateInputs<IO> gate_in;
-  const bool qk_global = !(kFused && p.conv_width > 0);
+  const bool qk_global = p.conv_width == 0;
   auto issue_small = [&] {
     load_v(t, v_first);
-    if constexpr (!kFused) {
-      const unsigned hq = by_head_map.div(unsigned(h0));
-      hk = p.head_map == HeadMap::kInterleaved ? int(hq) : h0 - int(hq) * p.num_k_heads;
-    }
     if (qk_global) {
       const int64_t q_base = b * p.q_batch_stride + int64_t(hk) * p.q_head_stride;
       const int64_t k_base = b * p.k_batch_stride + int64_t(hk) * p.k_head_stride;
@@ -1251,13 +1222,9 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
         k_raw[n].load(p.qkv_dtype, p.k, k_base + i);
       }
     }
-    if constexpr (!kFused) gate_in = load_gate_inputs<IO>(p, b, h0);
   };
   GDN_MARK(0);
-  if constexpr (kFused)
-    start_fused_loads<IO>(p, grp, slots, sm, issue_state, issue_small);
-  else
-    start_step_loads(p, small_loads_first, issue_state, issue_small);
+  start_fused_loads<IO>(p, grp, slots, sm, issue_state, issue_small);
   // ... then the values.
   float vj = convert_v(v_first);
   float qh[kRows], kh[kRows];
@@ -1273,26 +1240,17 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
       kh[n] = i < Dk ? sm.qk[Dk + i] : 0.0f;
     }
   }
-  float decay, beta;
-  if constexpr (!kFused) {
-    const Gates gates = finish_gates(p, gate_in);
-    decay = gates.decay;
-    beta = gates.beta;
-  }
 
   // ---- 2. l2norm: the 32 lanes of every warp hold all of Dk between them.
   const float kq = l2_normalize<1, kWarp>(p, lane, qh, kh);
   GDN_MARK(3);
-  if constexpr (kFused) fused_mid<IO>(p, grp, slots, sm);
+  fused_mid<IO>(p, grp, slots, sm);
   GDN_MARK(4);
   // ---- 3. the block's tiles, kKvStages - 1 of them in flight while one computes
   for (int stage = 0;; stage = stage + 1 == kKvStages ? 0 : stage + 1) {
     const bool has_next = t + 1 < t_end;
     const Pos cur = pos(t);
-    if constexpr (kFused) {
-      decay = sm.decay[cur.g];
-      beta = sm.beta[cur.g];
-    }
+    const float decay = sm.decay[cur.g], beta = sm.beta[cur.g];
     // Stage stage - 1 held the previous tile: its last readers were this
     // thread's own global stores (after barrier B), so it is free to refill.
     issue_tile(t + kKvStages - 1, stage == 0 ? kKvStages - 1 : stage - 1);
@@ -1319,14 +1277,13 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
           return a;
         },
         vj, decay, beta, kq, scale, lane, delta);
-    // S' = exp(g) S + k_hat delta (back into the warp's own chunk). The step
-    // kernel keeps S in registers across the butterfly; the fused one reads
-    // it from shared memory again, which frees them (kept, the fused bf16 kv
-    // kernel spilled 68 bytes and ran B = 64 8% slower: 53.9 against 50.0 us;
-    // re-read, the step kernel ran 0.4-4% slower from B = 32 up).
+    // S' = exp(g) S + k_hat delta (back into the warp's own chunk). S is
+    // read from shared memory again, which frees its registers across the
+    // butterfly (kept, the bf16 kernel spilled 68 bytes and ran B = 64 8%
+    // slower: 53.9 against 50.0 us).
 #pragma unroll
     for (int n = 0; n < kRows; ++n) {
-      const V sv = kFused ? tile[(lane + n * kWarp) * kPitch + warp] : s[n];
+      const V sv = tile[(lane + n * kWarp) * kPitch + warp];
       V nv;
 #pragma unroll
       for (int c = 0; c < kVec; ++c) nv.x[c] = Elem<T>::from_float(decay * Elem<T>::to_float(sv.x[c]) + kh[n] * delta[c]);
@@ -1334,7 +1291,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     }
     const int jo = cur.tile * kCols + warp * kVec + out_c;
     if (writer && jo < Dv) {
-      if (kFused && p.norm_weight != nullptr) {
+      if (p.norm_weight != nullptr) {
         fused_emit(sm, grp, cur.g * Dv + jo, o_val);  // normalized in the epilogue
       } else {
         const int64_t o_base = b * p.o_batch_stride + int64_t(cur.h) * p.o_head_stride;
@@ -1360,7 +1317,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     vj = convert_v(v_next);
   }
   GDN_MARK(6);
-  if constexpr (kFused) fused_finish<IO>(p, grp, sm);
+  fused_finish<IO>(p, grp, sm);
   GDN_MARK(8);
 }
 
@@ -1401,7 +1358,7 @@ __device__ __forceinline__ void reduce_halves_up(float (&x)[kC], int lane) {
 // groups its warp holds (reduce_halves_up) and posts them to shared memory.
 // After one barrier one thread a column adds the kW warps' partials, forms
 // delta and the output; after a second, every thread reads its chunk's
-// deltas and stores S' from its registers. Against decode_kv_kernel (the
+// deltas and stores S' from its registers. Against decode_kv_fused_kernel (the
 // tile transposed through shared memory: a warp a chunk, S' written back
 // and the block storing rows) the state crosses shared memory once, not
 // four times, and only 2 kVec partial sums a thread are exchanged.
@@ -1419,12 +1376,13 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   using Tile = KvSmemTile<T, kDk, kW>;
   using V = Vec<T>;
   constexpr int kVec = V::kN, kRows = Tile::kRows, kCols = Tile::kCols, kThreads = Tile::kThreads;
+  constexpr int kKvStepStages = kv_step_stages<T>();
   constexpr int kSums = 2 * kVec;  // value c: S^T k_hat of column c; kVec + c: S^T q_hat
   // values a lane holds after the in-warp levels (kWarp / kW row groups a warp)
   constexpr int kHeld = kSums * kW / kWarp > 0 ? kSums * kW / kWarp : 1;
   static_assert(kCols <= kThreads, "one finishing thread a column");
   static_assert(kWarp / kW >= 2, "the first in-warp level forms the sums");
-  // dynamic: kKvStages stages of [kRows][kThreads] chunks (thread t's at t)
+  // dynamic: kKvStepStages stages of [kRows][kThreads] chunks (thread t's at t)
   extern __shared__ uint4 smem_raw[];
   V* const ring = reinterpret_cast<V*>(smem_raw);
   __shared__ float part[kW * kW * kSums];  // [warp][chunk][value]
@@ -1477,11 +1435,11 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     if (finisher) run.load(p.qkv_dtype, p.v, b * p.v_batch_stride + int64_t(h) * p.v_head_stride + (j < Dv ? j : 0));
   };
 
-  // ---- 1. the first kKvStages - 1 tiles' state, and v, q, k and the gates
+  // ---- 1. the first kKvStepStages - 1 tiles' state, and v, q, k and the gates
   // (the order as decode_kernel: start_step_loads)
   auto issue_state = [&] {
 #pragma unroll
-    for (int st = 0; st < kKvStages - 1; ++st) issue_tile(t + st, st);
+    for (int st = 0; st < kKvStepStages - 1; ++st) issue_tile(t + st, st);
   };
   IoRun<IO, 1> v_run, q_raw[kRows], k_raw[kRows];
   GateInputs<IO> gate_in;
@@ -1521,14 +1479,14 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     kr[n] = warp_shfl(kh[n], rg);
   }
 
-  // ---- 3. the block's tiles, kKvStages - 1 of them in flight while one computes
-  for (int stage = 0;; stage = stage + 1 == kKvStages ? 0 : stage + 1) {
+  // ---- 3. the block's tiles, kKvStepStages - 1 of them in flight while one computes
+  for (int stage = 0;; stage = stage + 1 == kKvStepStages ? 0 : stage + 1) {
     const bool has_next = t + 1 < t_end;
     // Stage stage - 1 held the previous tile, which this thread has read.
-    issue_tile(t + kKvStages - 1, stage == 0 ? kKvStages - 1 : stage - 1);
+    issue_tile(t + kKvStepStages - 1, stage == 0 ? kKvStepStages - 1 : stage - 1);
     IoRun<IO, 1> v_next;
     if (has_next) load_v(t + 1, v_next);
-    async_wait<kKvStages - 1>();  // this thread's chunks of tile t have landed
+    async_wait<kKvStepStages - 1>();  // this thread's chunks of tile t have landed
     V s[kRows];
 #pragma unroll
     for (int n = 0; n < kRows; ++n) s[n] = ring[(stage * kRows + n) * kThreads + tid];
@@ -1624,7 +1582,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
 // Dynamic shared memory of the kv step kernel: its ring.
 template <typename T, int kDk, int kW>
 constexpr size_t kv_step_smem_bytes() {
-  return size_t(kKvStages) * KvSmemTile<T, kDk, kW>::kRows * KvSmemTile<T, kDk, kW>::kThreads * 16;
+  return size_t(kv_step_stages<T>()) * KvSmemTile<T, kDk, kW>::kRows * KvSmemTile<T, kDk, kW>::kThreads * 16;
 }
 
 // Dynamic shared memory of a block: the ring (vk: kStages items per warp; kv:
@@ -1649,7 +1607,7 @@ const void* kernel_of() {
   if constexpr (kLayout == Layout::kKV && !kFused)
     return reinterpret_cast<const void*>(&decode_kv_step_kernel<T, kDk, kP, IO>);
   else if constexpr (kLayout == Layout::kKV)
-    return reinterpret_cast<const void*>(&decode_kv_kernel<T, kDk, kP, IO, kFused>);
+    return reinterpret_cast<const void*>(&decode_kv_fused_kernel<T, kDk, kP, IO>);
   else
     return reinterpret_cast<const void*>(&decode_kernel<T, kLayout, kDk, kP, IO, kFused>);
 }
@@ -1859,10 +1817,10 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
     // tile's copies are issued at once: fp32 2.02x -> 1.62x), up to the
     // cap (4: all tiles of an fp32 head; 2-4 best from B = 32 up for 16-bit
     // states, tune_cuda kv). fp32 states past two tiles a block: one tile a
-    // block, many waves (tune_cuda kv on the one-pass kernel, 2026-11-30:
-    // B = 32 37.6 us against 39.9 at 4 tiles, B = 128 139.4 against 150.3,
-    // B = 512 563.8 against 589.3; at B = 8, one wave of two-tile blocks,
-    // 11.7 against 12.2 at one tile).
+    // block, many waves (tune_cuda kv on the step kernel, 2026-11-30:
+    // B = 512 527.5 us against 529.0 at 4 tiles and 576.3 at 8, B = 32 and
+    // 128 within 0.2%; at B = 8, one wave of two-tile blocks, 10.9 against
+    // 11.2 at one tile).
     if constexpr (kP > kKvSmallW) {
       // A one-round grid of kKvSmallW-warp tiles, one a block (see kKvSmallW).
       constexpr int cpi_small = KvSmemTile<T, kDk, kKvSmallW>::kCols;
@@ -1939,11 +1897,10 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
         auto launch_tile = [&](auto w_tag) {
           constexpr int kW = decltype(w_tag)::value;
           if constexpr (kFused)
-            return launch_kernel(&decode_kv_kernel<T, kDk, kW, IO, kFused>, blocks,
+            return launch_kernel(&decode_kv_fused_kernel<T, kDk, kW, IO>, blocks,
                                  unsigned(KvSmemTile<T, kDk, kW>::kThreads),
                                  smem_bytes<T, kLayout, kDk, kW>(kW) + fused_smem, stream, pdl, g.cluster, p,
-                                 g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map, scale,
-                                 g.group_heads, g.cluster, g.small_loads_first);
+                                 g.items_per_head, g.items_per_warp, by_hv, scale, g.group_heads, g.cluster);
           else
             return launch_kernel(&decode_kv_step_kernel<T, kDk, kW, IO>, blocks,
                                  unsigned(KvSmemTile<T, kDk, kW>::kThreads), kv_step_smem_bytes<T, kDk, kW>(),
