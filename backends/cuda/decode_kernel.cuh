@@ -37,12 +37,13 @@
 // at once, the launch takes that tile instead (kKvSmallW; B = 1 at Hv = 32).
 // The sum over a column's rows is one fixed balanced tree over the 32 row
 // groups, whatever kW and the tiles a block streams, so kv is
-// batch-invariant and deterministic like vk. (Until 2026-11-30 the tile went
-// through shared memory transposed, a warp a chunk, S' written back and the
-// block storing rows: the state crossed shared memory four times; that
-// kernel, decode_kv_fused_kernel, now runs only the fused middle. The step
-// kernel is 3-8% faster: fp32 B = 8 11.8 -> 10.9 us, B = 128 139.6 -> 134.8,
-// bf16 B = 8 7.2 -> 6.4; bench/RESULTS.md, round 6.)
+// batch-invariant and deterministic like vk. The fused middle's kv kernel
+// (decode_kv_fused_kernel) computes its tiles the same way (KvRegTile).
+// (Until 2026-11-30 the tile went through shared memory transposed, a warp a
+// chunk, S' written back and the block storing rows: the state crossed
+// shared memory four times. The new tile is 3-8% faster: fp32 B = 8 11.8 ->
+// 10.9 us, B = 128 139.6 -> 134.8, bf16 B = 8 7.2 -> 6.4; the fused kv
+// middle at B = 64 4-6% faster; bench/RESULTS.md, round 6.)
 //
 // How V is split by batch size (vk; kv splits it by tiles, as above)
 // -----------------------------------------------------------------
@@ -495,22 +496,17 @@ struct VkTile {
 // kv ([Dk, Dv], Dv contiguous), the tile of both kv kernels: a block of kW
 // warps owns a tile of kW 16-byte chunks of every row, i.e. kCols = kW *
 // kVec consecutive columns (kW = 8: 128-byte row segments, 32 fp32 or 64
-// 16-bit columns). Copy in and out: thread t moves chunk t % kW of rows
-// t / kW + 32 n (n < kRows), so a warp instruction moves 32 / kW rows of
-// kW * 16 contiguous bytes each (kW = 8: four 128-byte segments). The step
-// kernel computes on the chunks a thread copied; the fused kernel transposes
-// the tile in shared memory: warp w owns chunk w (kVec columns), lane l
-// holds rows l + 32 n. Its shared rows are kW + 1 chunks apart (an odd
-// count of 16-byte chunks), so the 8 lanes of each quarter-warp phase
-// reading a chunk of 8 consecutive rows hit 8 different 16-byte bank groups.
+// 16-bit columns). Thread t copies chunk t % kW of rows t / kW + 32 n
+// (n < kRows), so a warp instruction moves 32 / kW rows of kW * 16
+// contiguous bytes each (kW = 8: four 128-byte segments), computes on those
+// chunks and stores them back (KvRegTile, decode_kernel_impl.cuh).
 template <typename T, int kDk, int kW>
-struct KvSmemTile {
+struct KvTile {
   static_assert(kW == 2 || kW == 4 || kW == 8, "kv: 2, 4 or 8 warps a block");
   static_assert(kDk % kWarp == 0, "kv: Dk capacity a multiple of 32");
   static constexpr int kVec = Vec<T>::kN;
   static constexpr int kCols = kW * kVec;   // columns of a tile
-  static constexpr int kRows = kDk / kWarp;  // rows a lane holds (copy and compute)
-  static constexpr int kPitch = kW + 1;      // shared row pitch in 16-byte chunks
+  static constexpr int kRows = kDk / kWarp;  // rows a thread holds
   static constexpr int kThreads = kW * kWarp;
 };
 
@@ -519,7 +515,7 @@ constexpr int cols_per_item() {
   if constexpr (kLayout == Layout::kVK)
     return VkTile<T, kDk, kP>::kColsPerItem;
   else
-    return KvSmemTile<T, kDk, kP>::kCols;
+    return KvTile<T, kDk, kP>::kCols;
 }
 
 // The tile parameter and the items a warp may stream that the library ships,

@@ -1069,47 +1069,184 @@ __global__ void __launch_bounds__(8 * kWarp,
   GDN_MARK(8);
 }
 
+// ---- kv: a tile computed where it was copied (both kv kernels) -----------
+// Ascending reduce-scatter over the lanes that hold a chunk's row groups (lane
+// bits kOff = kW, 2 kW, ... below kWarp): at each offset the lane with the bit
+// set keeps the upper half of its kN values, adds the partner's copy of
+// them, and sends the other half; once one value is left the remaining
+// offsets are plain butterflies. Row group bit 0 first, so a tile of any kW
+// adds a column's row groups in one balanced tree (see KvRegTile).
+template <int kN, int kOff, int kC>
+__device__ __forceinline__ void reduce_halves_up(float (&x)[kC], int lane) {
+  if constexpr (kOff < kWarp) {
+    if constexpr (kN > 1) {
+      const bool upper = (lane & kOff) != 0;
+#pragma unroll
+      for (int k = 0; k < kN / 2; ++k) {
+        const float keep = upper ? x[k + kN / 2] : x[k];
+        const float send = upper ? x[k] : x[k + kN / 2];
+        x[k] = keep + warp_shfl_xor(send, kOff);
+      }
+      reduce_halves_up<kN / 2, kOff * 2>(x, lane);
+    } else {
+      x[0] += warp_shfl_xor(x[0], kOff);
+      reduce_halves_up<1, kOff * 2>(x, lane);
+    }
+  }
+}
+
+// The kv tile of kW warps (KvTile's geometry) computed where it was
+// copied: thread t holds chunk t % kW of rows rg + kWarp n (row group rg =
+// t / kW), read back from its own ring slots (its own copies: no barrier).
+// reduce() forms the partial sums S^T k_hat and S^T q_hat of the chunk's
+// kVec columns over the thread's kRows rows, sums them over the row groups
+// of its warp (shuffles) and posts them to shared memory (`part`); after a
+// barrier one thread a column (tid < kCols) adds the kW warps' partials,
+// forms delta and the output (emit(column, o)) and posts delta (`dl`);
+// a second barrier ends reduce(). store() then reads the deltas of the
+// thread's chunk and writes S' from its registers. The sum over a column's Dk rows is one balanced
+// tree over the kWarp row groups (each group's kRows rows added in order
+// first), row group bit 0 first: bits below log2(kWarp / kW) inside the
+// warp, the rest across warps in the same pairwise order, so it does not
+// depend on kW (the 4-warp tiles of one-round grids are bitwise the 8-warp
+// tiles) nor on the tiles a block streams. Every thread of the block calls
+// reduce() (it holds two barriers).
+template <typename T, int kDk, int kW>
+struct KvRegTile {
+  using Tile = KvTile<T, kDk, kW>;
+  using V = Vec<T>;
+  static constexpr int kVec = V::kN, kRows = Tile::kRows, kCols = Tile::kCols, kThreads = Tile::kThreads;
+  static constexpr int kSums = 2 * kVec;  // value c: S^T k_hat of column c; kVec + c: S^T q_hat
+  // values a lane holds after the in-warp levels (kWarp / kW row groups a warp)
+  static constexpr int kHeld = kSums * kW / kWarp > 0 ? kSums * kW / kWarp : 1;
+  static constexpr int kPartFloats = kW * kW * kSums;  // [warp][chunk][value]
+  static_assert(kCols <= kThreads, "one finishing thread a column");
+  static_assert(kWarp / kW >= 2, "the first in-warp level forms the sums");
+
+  // Ring slot of the thread's chunk n in stage `stage`: [stage][n][thread],
+  // consecutive threads 16 bytes apart (no bank conflicts).
+  static __device__ __forceinline__ int slot(int stage, int n, int tid) { return (stage * kRows + n) * kThreads + tid; }
+
+  template <typename Emit>
+  static __device__ __forceinline__ void reduce(const V (&s)[kRows], const float (&qr)[kRows],
+                                                const float (&kr)[kRows], float vj, float decay, float beta,
+                                                float kq, float scale, float* part, float* dl, Emit&& emit) {
+    const int tid = int(threadIdx.x), warp = tid / kWarp, lane = tid % kWarp, chunk = tid % kW;
+    // Partial sums over the thread's rows, in row order, and at once the
+    // first in-warp level (offset kW): the lane with that bit set keeps
+    // S^T q_hat of each column and sends S^T k_hat, its partner the other
+    // way round, so at most kVec + 2 sums are live.
+    float x[kVec];
+    const bool upper = (lane & kW) != 0;
+#pragma unroll
+    for (int c = 0; c < kVec; ++c) {
+      float sk = 0.0f, sq = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kRows; ++n) {
+        const float sv = Elem<T>::to_float(s[n].x[c]);
+        sk += sv * kr[n];
+        sq += sv * qr[n];
+      }
+      x[c] = (upper ? sq : sk) + warp_shfl_xor(upper ? sk : sq, kW);
+    }
+    // The other in-warp levels; the lane then holds kHeld values from index
+    // `first` (named by the halving levels' bits), and one lane of those
+    // that share them (the plain levels' bits zero) posts them.
+    reduce_halves_up<kVec, 2 * kW>(x, lane);
+    int first = upper ? kVec : 0;
+#pragma unroll
+    for (int l = 1, n = kVec / 2; n >= kHeld && (kW << l) < kWarp; ++l, n /= 2)
+      if (lane & (kW << l)) first += n;
+    bool poster = true;
+#pragma unroll
+    for (int off = kW * (kSums / kHeld); off < kWarp; off *= 2) poster = poster && !(lane & off);
+    if (poster) {
+#pragma unroll
+      for (int k = 0; k < kHeld; ++k) part[(warp * kW + chunk) * kSums + first + k] = x[k];
+    }
+    __syncthreads();  // A: every warp's partial sums are posted
+    if (tid < kCols) {
+      // Column tid (chunk tid / kVec, column c = tid % kVec of it): the warps'
+      // partials added pairwise, warp bit 0 first (the tree goes on from the
+      // warp's levels).
+      const int fc = tid / kVec, fv = tid % kVec;
+      float a[kW], e[kW];
+#pragma unroll
+      for (int w = 0; w < kW; ++w) {
+        a[w] = part[(w * kW + fc) * kSums + fv];
+        e[w] = part[(w * kW + fc) * kSums + kVec + fv];
+      }
+#pragma unroll
+      for (int st = 1; st < kW; st *= 2)
+#pragma unroll
+        for (int w = 0; w < kW; w += 2 * st) {
+          a[w] += a[w + st];
+          e[w] += e[w + st];
+        }
+      // delta = beta (v - exp(g) sk)
+      const float d = beta * (vj - decay * a[0]);
+      dl[tid] = d;
+      // o = scale (exp(g) sq + (k_hat . q_hat) delta)
+      emit(tid, scale * (decay * e[0] + kq * d));
+    }
+    __syncthreads();  // B: the tile's deltas are posted
+  }
+
+  // S' = exp(g) S + k_hat delta of the thread's chunks (delta posted by
+  // reduce() in `dl`), into a head's state at `head` (chunk column j; rows
+  // past Dk and columns past Dv skipped).
+  static __device__ __forceinline__ void store(const V (&s)[kRows], const float (&kr)[kRows], float decay,
+                                               const float* dl, T* head, int j, int Dk, int Dv) {
+    const int rg = int(threadIdx.x) / kW, chunk = int(threadIdx.x) % kW;
+    float delta[kVec];
+#pragma unroll
+    for (int c = 0; c < kVec; ++c) delta[c] = dl[chunk * kVec + c];
+#pragma unroll
+    for (int n = 0; n < kRows; ++n) {
+      const int i = rg + n * kWarp;
+      V nv;
+#pragma unroll
+      for (int c = 0; c < kVec; ++c)
+        nv.x[c] = Elem<T>::from_float(decay * Elem<T>::to_float(s[n].x[c]) + kr[n] * delta[c]);
+      if (i < Dk && j < Dv) *reinterpret_cast<V*>(head + i * Dv + j) = nv;
+    }
+  }
+};
+
 // kv layout, the fused middle (conv prologue or norm epilogue on; the step
-// alone runs decode_kv_step_kernel below): a block of kW warps owns a
-// [Dk x kCols] column tile of one (row, head) at a time (decode_kernel.cuh,
-// KvSmemTile), staged through shared memory so global loads and stores move
-// whole 16-byte chunks of row segments.
-// Per tile: the copy threads' cp.async into a ring stage; wait and barrier;
-// each warp computes its kVec columns with lanes over Dk (rows lane + 32 n)
-// and writes S' back to its own chunk of shared; barrier; the copy threads
-// store their chunks to global. A block streams tiles_per_block consecutive
-// tiles of its head, kKvStages - 1 tiles' copies in flight while one computes.
-// A column's arithmetic (its lane's rows, the 32-lane butterflies) depends
-// only on its chunk, never on kW, the tiles a block streams or B.
-// Hazards: a thread copies into shared exactly the chunks it later reads back
-// for the global store, so refilling a stage after its own stores needs no
-// barrier, and every other warp's use of a stage (compute) is fenced by the
-// two barriers. A tile is all in shared memory before any of its state is
-// written, so in-place updates (s_out == s_in) are safe. Every barrier is
-// reached by all threads: the only early return (padding row) is uniform
-// over the block.
+// alone runs decode_kv_step_kernel below): a block of kW warps streams the
+// [Dk x kCols] column tiles of its group (KvTile), each computed where it
+// was copied (KvRegTile): the thread's own ring slots, two barriers a tile,
+// S' stored from its registers. Hazards: a thread reads back only the ring
+// slots it copied into, and refills a stage only after it has read it; the
+// partial sums and deltas in shared memory are fenced by the tile's two
+// barriers (KvRegTile::reduce). Every barrier is reached by all threads: the
+// only early return (padding row) is uniform over the block.
 // A group (row b, k-head hk) is `cluster` consecutive blocks
 // (blockIdx = (b * Hk + hk) * cluster + rank; by_hv divides by Hk; cluster > 1
 // only on sm_90) streaming the tiles T = g * tiles_per_head + tile of its G
 // heads, tiles_per_block of them a block.
 // (Fused blocks keep the 64-register budget: 128 registers, tried, lost
 // 10-19% at B = 64 to the halved occupancy. With the prologue's loads two
-// channels deep only the MixedIO instantiations spill, 24-176 bytes.)
+// channels deep the MixedIO instantiations spill 64-124 bytes, the others at
+// most 28.)
 template <typename T, int kDk, int kW, typename IO>
 __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) : 1)
     decode_kv_fused_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
                            FastDiv by_hv, float scale, int group_heads, int cluster) {
-  using Tile = KvSmemTile<T, kDk, kW>;
+  using R = KvRegTile<T, kDk, kW>;
   using V = Vec<T>;
-  constexpr int kVec = V::kN, kRows = Tile::kRows, kCols = Tile::kCols, kPitch = Tile::kPitch;
-  // kKvStages tiles of kDk rows x kPitch chunks (dynamic: two stages pass
-  // 48 KiB at Dk = 256), then the fused stages' floats.
+  constexpr int kVec = R::kVec, kRows = R::kRows, kCols = R::kCols, kThreads = R::kThreads;
+  // dynamic: the ring, kKvStages stages of [kRows][kThreads] chunks (two
+  // stages pass 48 KiB at Dk = 256), then the fused stages' floats
   extern __shared__ uint4 smem_raw[];
-  V* const tiles = reinterpret_cast<V*>(smem_raw);
+  V* const ring = reinterpret_cast<V*>(smem_raw);
+  __shared__ float part[R::kPartFloats];
+  __shared__ float dl[kCols];
 
   const int Dk = p.head_dim_k, Dv = p.head_dim_v;
-  const FusedSmem sm(reinterpret_cast<float*>(tiles + kKvStages * kDk * kPitch), group_heads, Dk, Dv);
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const FusedSmem sm(reinterpret_cast<float*>(ring + kKvStages * kRows * kThreads), group_heads, Dk, Dv);
+  const int tid = int(threadIdx.x), lane = tid % kWarp;
   // blockIdx = (b * Hk + hk) * cluster + rank; this block's tiles [t, t_end)
   // of the group's (never empty).
   const unsigned group = blockIdx.x / unsigned(cluster);
@@ -1133,10 +1270,9 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     return;
   }
 
-  // Copy positions: chunk cp_chunk of rows cp_row + 32 n. Compute: chunk
-  // `warp`, rows lane + 32 n.
-  const int cp_chunk = int(threadIdx.x) % kW, cp_row = int(threadIdx.x) / kW;
-  // 64-bit arithmetic once per slot (and head); inside a head offsets are below 2^16.
+  // This thread's chunk and row group (its rows: rg + kWarp n); 64-bit
+  // arithmetic once per slot (and head), 32-bit offsets inside a head.
+  const int chunk = tid % kW, rg = tid / kW;
   const T* s_in_slot = static_cast<const T*>(p.state) + slots.s_in * p.state_slot_stride;
   T* s_out_slot = static_cast<T*>(p.state) + slots.s_out * p.state_slot_stride;
   // Tile T of the block: group member g, its head, and the tile within the head.
@@ -1149,49 +1285,44 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   };
   auto head_off = [&](int h) { return int64_t(h) * Dk * Dv; };
 
-  // Issue this thread's copy chunks of tile tt into ring stage `stage`
-  // (zeros past Dk or Dv: a chunk starts at a multiple of kVec, which divides
-  // 16 and so Dv: all in or all out), nothing past the block's last tile, and
-  // close the group either way so group k is the block's tile k.
+  // Copy the thread's chunks of tile tt into ring stage `stage` (zeros past
+  // Dk or Dv: a chunk starts at a multiple of kVec, which divides Dv, so it
+  // is all in or all out), nothing past the block's last tile, and close the
+  // group either way so group k is the block's tile k.
   auto issue_tile = [&](int tt, int stage) {
     if (tt < t_end) {
       const Pos q = pos(tt);
       const T* src = s_in_slot + head_off(q.h);
-      const int j = q.tile * kCols + cp_chunk * kVec;
-      V* dst = tiles + stage * (kDk * kPitch) + cp_chunk;
+      const int j = q.tile * kCols + chunk * kVec;
 #pragma unroll
       for (int n = 0; n < kRows; ++n) {
-        const int i = cp_row + n * kWarp;
+        const int i = rg + n * kWarp;
         const bool in = i < Dk && j < Dv;
-        copy16_async(dst + i * kPitch, in ? src + i * Dv + j : src, in);
+        copy16_async(ring + R::slot(stage, n, tid), in ? src + i * Dv + j : src, in);
       }
     }
     async_commit();
   };
-  // After the one-pass butterfly (OnePass) lane l holds column out_c of the
-  // warp's chunk; it loads v of that column only, forms delta there, and one
-  // lane a column writes the output.
-  using Pass = OnePass<1, kWarp, kVec>;
-  const int out_c = Pass::col(lane);
-  const bool writer = Pass::writer(lane);
-  // v[j] for the lane's column j of tile tt (0 past Dv; the warp's chunk is
-  // all in or all out), in two steps (see RawRun): load_v issues the load (a
-  // column past Dv reads the head's first element instead), convert_v makes
-  // the value. (Conv on: the conv output of the group prologue.)
+  // v[j] for the finishing thread's column j = tile * kCols + tid of tile tt
+  // (tid < kCols; 0 past Dv), in two steps (see RawRun): load_v issues the
+  // load (a column past Dv reads the head's first element instead),
+  // convert_v makes the value. (Conv on: the conv output of the prologue.)
+  const bool finisher = tid < kCols;
   struct VLoad {
     IoRun<IO, 1> run;
     int tt;
   };
   auto load_v = [&](int tt, VLoad& l) {
     l.tt = tt;
-    if (p.conv_width > 0) return;
+    if (p.conv_width > 0 || !finisher) return;
     const Pos q = pos(tt);
-    const int j = q.tile * kCols + warp * kVec + out_c;
+    const int j = q.tile * kCols + tid;
     l.run.load(p.qkv_dtype, p.v, b * p.v_batch_stride + int64_t(q.h) * p.v_head_stride + (j < Dv ? j : 0));
   };
   auto convert_v = [&](const VLoad& l) -> float {
     const Pos q = pos(l.tt);
-    const int j = q.tile * kCols + warp * kVec + out_c;
+    const int j = q.tile * kCols + tid;
+    if (!finisher) return 0.0f;
     if (p.conv_width > 0) return j < Dv ? sm.vo[q.g * Dv + j] : 0.0f;
     return l.run.value(j < Dv);
   };
@@ -1241,76 +1372,55 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     }
   }
 
-  // ---- 2. l2norm: the 32 lanes of every warp hold all of Dk between them.
+  // ---- 2. l2norm (every warp's lanes hold all of Dk: lane l rows l + kWarp n),
+  // then each thread takes q_hat, k_hat of its own rows rg + kWarp n from lane rg.
   const float kq = l2_normalize<1, kWarp>(p, lane, qh, kh);
+  float qr[kRows], kr[kRows];
+#pragma unroll
+  for (int n = 0; n < kRows; ++n) {
+    qr[n] = warp_shfl(qh[n], rg);
+    kr[n] = warp_shfl(kh[n], rg);
+  }
   GDN_MARK(3);
   fused_mid<IO>(p, grp, slots, sm);
   GDN_MARK(4);
-  // ---- 3. the block's tiles, kKvStages - 1 of them in flight while one computes
+  // ---- 3. the block's tiles, kKvStages - 1 of them in flight while one is reduced
   for (int stage = 0;; stage = stage + 1 == kKvStages ? 0 : stage + 1) {
     const bool has_next = t + 1 < t_end;
     const Pos cur = pos(t);
     const float decay = sm.decay[cur.g], beta = sm.beta[cur.g];
-    // Stage stage - 1 held the previous tile: its last readers were this
-    // thread's own global stores (after barrier B), so it is free to refill.
+    // Stage stage - 1 held the previous tile, which this thread has read.
     issue_tile(t + kKvStages - 1, stage == 0 ? kKvStages - 1 : stage - 1);
     VLoad v_next;
     if (has_next) load_v(t + 1, v_next);
-    async_wait<kKvStages - 1>();
-    __syncthreads();  // A: every thread's chunks of tile t are in shared memory
+    async_wait<kKvStages - 1>();  // this thread's chunks of tile t have landed
     GDN_MARK(5);
-    V* const tile = tiles + stage * (kDk * kPitch);
-
-    // delta of the warp's kVec columns in every lane, and the output of the
-    // lane's column out_c (one pass, see OnePass), from the partial sums
-    // over the lane's rows of S^T k_hat (value 2c) and S^T q_hat (2c + 1)
-    float delta[kVec];
     V s[kRows];
 #pragma unroll
-    for (int n = 0; n < kRows; ++n) s[n] = tile[(lane + n * kWarp) * kPitch + warp];
-    const float o_val = Pass::run(
-        [&](int v) {
-          const float* w = (v & 1) ? qh : kh;
-          float a = 0.0f;
-#pragma unroll
-          for (int n = 0; n < kRows; ++n) a += Elem<T>::to_float(s[n].x[v / 2]) * w[n];
-          return a;
-        },
-        vj, decay, beta, kq, scale, lane, delta);
-    // S' = exp(g) S + k_hat delta (back into the warp's own chunk). S is
-    // read from shared memory again, which frees its registers across the
-    // butterfly (kept, the bf16 kernel spilled 68 bytes and ran B = 64 8%
-    // slower: 53.9 against 50.0 us).
-#pragma unroll
-    for (int n = 0; n < kRows; ++n) {
-      const V sv = tile[(lane + n * kWarp) * kPitch + warp];
-      V nv;
-#pragma unroll
-      for (int c = 0; c < kVec; ++c) nv.x[c] = Elem<T>::from_float(decay * Elem<T>::to_float(sv.x[c]) + kh[n] * delta[c]);
-      tile[(lane + n * kWarp) * kPitch + warp] = nv;
-    }
-    const int jo = cur.tile * kCols + warp * kVec + out_c;
-    if (writer && jo < Dv) {
-      if (p.norm_weight != nullptr) {
-        fused_emit(sm, grp, cur.g * Dv + jo, o_val);  // normalized in the epilogue
-      } else {
-        const int64_t o_base = b * p.o_batch_stride + int64_t(cur.h) * p.o_head_stride;
-        with_dtype<IO>(p.o_dtype, [&](auto tag) {
-          using E = decltype(tag);
-          static_cast<E*>(p.o)[o_base + jo] = Elem<E>::from_float(o_val);
-        });
-      }
-    }
-    __syncthreads();  // B: S' of the whole tile is in shared memory
-
+    for (int n = 0; n < kRows; ++n) s[n] = ring[R::slot(stage, n, tid)];
+    const int jt = cur.tile * kCols;
+    R::reduce(s, qr, kr, vj, decay, beta, kq, scale, part, dl,
+              [&](int col, float o_val) {
+                const int jo = jt + col;
+                if (jo >= Dv) return;
+                if (p.norm_weight != nullptr) {
+                  fused_emit(sm, grp, cur.g * Dv + jo, o_val);  // normalized in the epilogue
+                } else {
+                  const int64_t o_base = b * p.o_batch_stride + int64_t(cur.h) * p.o_head_stride;
+                  with_dtype<IO>(p.o_dtype, [&](auto tag) {
+                    using E = decltype(tag);
+                    static_cast<E*>(p.o)[o_base + jo] = Elem<E>::from_float(o_val);
+                  });
+                }
+              });
     if (slots.write) {
-      T* dst = s_out_slot + head_off(cur.h);
-      const int j = cur.tile * kCols + cp_chunk * kVec;
+      // S read back from the ring (its stage is refilled only next tile):
+      // its registers are free across the reduction (kept, the bf16 kernel
+      // spilled 48 bytes more).
+      V s2[kRows];
 #pragma unroll
-      for (int n = 0; n < kRows; ++n) {
-        const int i = cp_row + n * kWarp;
-        if (i < Dk && j < Dv) *reinterpret_cast<V*>(dst + i * Dv + j) = tile[i * kPitch + cp_chunk];
-      }
+      for (int n = 0; n < kRows; ++n) s2[n] = ring[R::slot(stage, n, tid)];
+      R::store(s2, kr, decay, dl, s_out_slot + head_off(cur.h), jt + chunk * kVec, Dk, Dv);
     }
     if (!has_next) break;
     ++t;
@@ -1321,75 +1431,38 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   GDN_MARK(8);
 }
 
-// ---- kv, the step: the tile in registers ------------------------------------
-// Ascending reduce-scatter over the lanes that hold a chunk's row groups (lane
-// bits kOff = kW, 2 kW, ... below kWarp): at each offset the lane with the bit
-// set keeps the upper half of its kN values, adds the partner's copy of
-// them, and sends the other half; once one value is left the remaining
-// offsets are plain butterflies. Row group bit 0 first, so a tile of any kW
-// adds a column's row groups in one balanced tree (see decode_kv_step_kernel).
-template <int kN, int kOff, int kC>
-__device__ __forceinline__ void reduce_halves_up(float (&x)[kC], int lane) {
-  if constexpr (kOff < kWarp) {
-    if constexpr (kN > 1) {
-      const bool upper = (lane & kOff) != 0;
-#pragma unroll
-      for (int k = 0; k < kN / 2; ++k) {
-        const float keep = upper ? x[k + kN / 2] : x[k];
-        const float send = upper ? x[k] : x[k + kN / 2];
-        x[k] = keep + warp_shfl_xor(send, kOff);
-      }
-      reduce_halves_up<kN / 2, kOff * 2>(x, lane);
-    } else {
-      x[0] += warp_shfl_xor(x[0], kOff);
-      reduce_halves_up<1, kOff * 2>(x, lane);
-    }
-  }
-}
-
+// ---- kv, the step ------------------------------------------------------------
 // kv step (no prologue or epilogue): a block of kW warps owns a tile of kW
-// 16-byte chunks of every row, as KvSmemTile, but no warp reads another's
-// state. Thread t copies chunk t % kW of rows r + kWarp n (row group r =
-// t / kW; a warp instruction covers whole 128-byte row segments at kW = 8)
-// into its own slots of a shared-memory ring (cp.async: the next tile in
-// flight without registers), reads its chunks back once they land (no
-// barrier: its own copies), forms the partial sums S^T k_hat and S^T q_hat
-// of the chunk's kVec columns over its kRows rows, sums them over the row
-// groups its warp holds (reduce_halves_up) and posts them to shared memory.
-// After one barrier one thread a column adds the kW warps' partials, forms
-// delta and the output; after a second, every thread reads its chunk's
-// deltas and stores S' from its registers. Against decode_kv_fused_kernel (the
-// tile transposed through shared memory: a warp a chunk, S' written back
-// and the block storing rows) the state crosses shared memory once, not
-// four times, and only 2 kVec partial sums a thread are exchanged.
-// The sum over a column's Dk rows is one balanced tree over the kWarp row
-// groups (each group's kRows rows added in order first), row group bit 0
-// first: bits below log2(kWarp / kW) inside the warp, the rest across warps
-// in the same pairwise order, so the result does not depend on kW (the
-// 4-warp tiles of one-round grids are bitwise the 8-warp tiles) nor on the
-// tiles a block streams.
+// 16-byte chunks of every row (KvTile), computed where it was copied
+// (KvRegTile): thread t copies chunk t % kW of rows t / kW + kWarp n (a warp
+// instruction covers whole 128-byte row segments at kW = 8) into its own
+// slots of a shared-memory ring (cp.async: the next tile in flight without
+// registers), reads them back once they land and keeps them in registers
+// through the tile's two barriers, then stores S' from them. Against the
+// fused kernel's transposition (decode_kv_fused_kernel: a warp a chunk, S'
+// written back, the block storing rows) the state crosses shared memory once,
+// not four times, and only 2 kVec partial sums a thread are exchanged.
+// A block streams tiles [t, t_end) of its head, kv_step_stages - 1 of them
+// in flight while one is reduced.
 template <typename T, int kDk, int kW, typename IO>
 __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) : 1)
     decode_kv_step_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
                           FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale,
                           bool small_loads_first) {
-  using Tile = KvSmemTile<T, kDk, kW>;
+  using R = KvRegTile<T, kDk, kW>;
   using V = Vec<T>;
-  constexpr int kVec = V::kN, kRows = Tile::kRows, kCols = Tile::kCols, kThreads = Tile::kThreads;
-  constexpr int kKvStepStages = kv_step_stages<T>();
-  constexpr int kSums = 2 * kVec;  // value c: S^T k_hat of column c; kVec + c: S^T q_hat
-  // values a lane holds after the in-warp levels (kWarp / kW row groups a warp)
-  constexpr int kHeld = kSums * kW / kWarp > 0 ? kSums * kW / kWarp : 1;
-  static_assert(kCols <= kThreads, "one finishing thread a column");
-  static_assert(kWarp / kW >= 2, "the first in-warp level forms the sums");
-  // dynamic: kKvStepStages stages of [kRows][kThreads] chunks (thread t's at t)
+  constexpr int kVec = R::kVec, kRows = R::kRows, kCols = R::kCols, kThreads = R::kThreads;
+  constexpr int kStagesHere = kv_step_stages<T>();
+  // dynamic: the ring, kStagesHere stages of [kRows][kThreads] chunks
   extern __shared__ uint4 smem_raw[];
   V* const ring = reinterpret_cast<V*>(smem_raw);
-  __shared__ float part[kW * kW * kSums];  // [warp][chunk][value]
-  __shared__ float dl[kCols];              // delta of the tile's columns
+  __shared__ float part[R::kPartFloats];
+  __shared__ float dl[kCols];
 
   const int Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
-  const int tid = int(threadIdx.x), warp = tid / kWarp, lane = tid % kWarp;
+  const int tid = int(threadIdx.x), lane = tid % kWarp;
+  // blockIdx = (b * Hv + h) * blocks_per_head + blk, as in decode_kernel;
+  // this block's tiles [t, t_end): never empty.
   const unsigned row_head = by_blocks_per_head.div(blockIdx.x);
   const int blk = int(blockIdx.x - row_head * by_blocks_per_head.d);
   const unsigned b32 = by_hv.div(row_head);
@@ -1407,7 +1480,8 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     return;
   }
 
-  // This thread's chunk and row group (its rows: rg + kWarp n).
+  // This thread's chunk and row group (its rows: rg + kWarp n); 64-bit
+  // arithmetic once per slot and head, 32-bit offsets inside a head.
   const int chunk = tid % kW, rg = tid / kW;
   const int64_t head_off = int64_t(h) * Dk * Dv;
   const T* s_in = static_cast<const T*>(p.state) + slots.s_in * p.state_slot_stride + head_off;
@@ -1423,7 +1497,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
       for (int n = 0; n < kRows; ++n) {
         const int i = rg + n * kWarp;
         const bool in = i < Dk && j < Dv;
-        copy16_async(ring + (stage * kRows + n) * kThreads + tid, in ? s_in + i * Dv + j : s_in, in);
+        copy16_async(ring + R::slot(stage, n, tid), in ? s_in + i * Dv + j : s_in, in);
       }
     }
     async_commit();
@@ -1435,11 +1509,11 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     if (finisher) run.load(p.qkv_dtype, p.v, b * p.v_batch_stride + int64_t(h) * p.v_head_stride + (j < Dv ? j : 0));
   };
 
-  // ---- 1. the first kKvStepStages - 1 tiles' state, and v, q, k and the gates
+  // ---- 1. the first kStagesHere - 1 tiles' state, and v, q, k and the gates
   // (the order as decode_kernel: start_step_loads)
   auto issue_state = [&] {
 #pragma unroll
-    for (int st = 0; st < kKvStepStages - 1; ++st) issue_tile(t + st, st);
+    for (int st = 0; st < kStagesHere - 1; ++st) issue_tile(t + st, st);
   };
   IoRun<IO, 1> v_run, q_raw[kRows], k_raw[kRows];
   GateInputs<IO> gate_in;
@@ -1467,7 +1541,6 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     kh[n] = k_raw[n].value(i < Dk);
   }
   const Gates gates = finish_gates(p, gate_in);
-  const float decay = gates.decay, beta = gates.beta;
 
   // ---- 2. l2norm (every warp's lanes hold all of Dk: lane l rows l + kWarp n),
   // then each thread takes q_hat, k_hat of its own rows rg + kWarp n from lane rg.
@@ -1479,100 +1552,28 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     kr[n] = warp_shfl(kh[n], rg);
   }
 
-  // ---- 3. the block's tiles, kKvStepStages - 1 of them in flight while one computes
-  for (int stage = 0;; stage = stage + 1 == kKvStepStages ? 0 : stage + 1) {
+  // ---- 3. the block's tiles, kStagesHere - 1 of them in flight while one is reduced
+  for (int stage = 0;; stage = stage + 1 == kStagesHere ? 0 : stage + 1) {
     const bool has_next = t + 1 < t_end;
     // Stage stage - 1 held the previous tile, which this thread has read.
-    issue_tile(t + kKvStepStages - 1, stage == 0 ? kKvStepStages - 1 : stage - 1);
+    issue_tile(t + kStagesHere - 1, stage == 0 ? kStagesHere - 1 : stage - 1);
     IoRun<IO, 1> v_next;
     if (has_next) load_v(t + 1, v_next);
-    async_wait<kKvStepStages - 1>();  // this thread's chunks of tile t have landed
+    async_wait<kStagesHere - 1>();  // this thread's chunks of tile t have landed
     V s[kRows];
 #pragma unroll
-    for (int n = 0; n < kRows; ++n) s[n] = ring[(stage * kRows + n) * kThreads + tid];
-    // Partial sums over the thread's rows, in row order, and at once the first
-    // in-warp level (offset kW): the lane with that bit set keeps S^T q_hat of
-    // each column and sends S^T k_hat, its partner the other way round, so at
-    // most kVec + 2 sums are live.
-    float x[kVec];
-    const bool upper = (lane & kW) != 0;
-#pragma unroll
-    for (int c = 0; c < kVec; ++c) {
-      float sk = 0.0f, sq = 0.0f;
-#pragma unroll
-      for (int n = 0; n < kRows; ++n) {
-        const float sv = Elem<T>::to_float(s[n].x[c]);
-        sk += sv * kr[n];
-        sq += sv * qr[n];
-      }
-      x[c] = (upper ? sq : sk) + warp_shfl_xor(upper ? sk : sq, kW);
-    }
-    // The other in-warp levels; the lane then holds kHeld values from index
-    // `first` (named by the halving levels' bits), and one lane of those
-    // that share them (the plain levels' bits zero) posts them.
-    reduce_halves_up<kVec, 2 * kW>(x, lane);
-    int first = upper ? kVec : 0;
-#pragma unroll
-    for (int l = 1, n = kVec / 2; n >= kHeld && (kW << l) < kWarp; ++l, n /= 2)
-      if (lane & (kW << l)) first += n;
-    bool poster = true;
-#pragma unroll
-    for (int off = kW * (kSums / kHeld); off < kWarp; off *= 2) poster = poster && !(lane & off);
-    if (poster) {
-#pragma unroll
-      for (int k = 0; k < kHeld; ++k) part[(warp * kW + chunk) * kSums + first + k] = x[k];
-    }
-    __syncthreads();  // A: every warp's partial sums are posted
+    for (int n = 0; n < kRows; ++n) s[n] = ring[R::slot(stage, n, tid)];
     const int jt = t * kCols;
-    if (finisher) {
-      // Column tid (chunk tid / kVec, column c = tid % kVec of it): the warps'
-      // partials added pairwise, warp bit 0 first (the tree goes on from the
-      // warp's levels).
-      const int fc = tid / kVec, fv = tid % kVec;
-      float a[kW], e[kW];
-#pragma unroll
-      for (int w = 0; w < kW; ++w) {
-        a[w] = part[(w * kW + fc) * kSums + fv];
-        e[w] = part[(w * kW + fc) * kSums + kVec + fv];
-      }
-#pragma unroll
-      for (int st = 1; st < kW; st *= 2)
-#pragma unroll
-        for (int w = 0; w < kW; w += 2 * st) {
-          a[w] += a[w + st];
-          e[w] += e[w + st];
-        }
-      // delta = beta (v - exp(g) sk)
-      const float d = beta * (vj - decay * a[0]);
-      dl[tid] = d;
-      // o = scale (exp(g) sq + (k_hat . q_hat) delta)
-      const float o_val = scale * (decay * e[0] + kq * d);
-      const int j = jt + tid;
-      if (j < Dv) {
-        const int64_t o_base = b * p.o_batch_stride + int64_t(h) * p.o_head_stride;
-        with_dtype<IO>(p.o_dtype, [&](auto tag) {
-          using E = decltype(tag);
-          static_cast<E*>(p.o)[o_base + j] = Elem<E>::from_float(o_val);
-        });
-      }
-    }
-    __syncthreads();  // B: the tile's deltas are posted
-    if (slots.write) {
-      const int j = jt + chunk * kVec;
-      float delta[kVec];
-#pragma unroll
-      for (int c = 0; c < kVec; ++c) delta[c] = dl[chunk * kVec + c];
-#pragma unroll
-      for (int n = 0; n < kRows; ++n) {
-        const int i = rg + n * kWarp;
-        // S' = exp(g) S + k_hat delta
-        V nv;
-#pragma unroll
-        for (int c = 0; c < kVec; ++c)
-          nv.x[c] = Elem<T>::from_float(decay * Elem<T>::to_float(s[n].x[c]) + kr[n] * delta[c]);
-        if (i < Dk && j < Dv) *reinterpret_cast<V*>(s_out + i * Dv + j) = nv;
-      }
-    }
+    R::reduce(s, qr, kr, vj, gates.decay, gates.beta, kq, scale, part, dl,
+              [&](int col, float o_val) {
+                if (jt + col >= Dv) return;
+                const int64_t o_base = b * p.o_batch_stride + int64_t(h) * p.o_head_stride;
+                with_dtype<IO>(p.o_dtype, [&](auto tag) {
+                  using E = decltype(tag);
+                  static_cast<E*>(p.o)[o_base + jt + col] = Elem<E>::from_float(o_val);
+                });
+              });
+    if (slots.write) R::store(s, kr, gates.decay, dl, s_out, jt + chunk * kVec, Dk, Dv);
     if (!has_next) break;
     ++t;
     vj = v_next.value(finisher);
@@ -1582,7 +1583,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
 // Dynamic shared memory of the kv step kernel: its ring.
 template <typename T, int kDk, int kW>
 constexpr size_t kv_step_smem_bytes() {
-  return size_t(kv_step_stages<T>()) * KvSmemTile<T, kDk, kW>::kRows * KvSmemTile<T, kDk, kW>::kThreads * 16;
+  return size_t(kv_step_stages<T>()) * KvTile<T, kDk, kW>::kRows * KvTile<T, kDk, kW>::kThreads * 16;
 }
 
 // Dynamic shared memory of a block: the ring (vk: kStages items per warp; kv:
@@ -1590,7 +1591,7 @@ constexpr size_t kv_step_smem_bytes() {
 template <typename T, Layout kLayout, int kDk, int kP>
 constexpr size_t smem_bytes(int warps_per_block) {
   if constexpr (kLayout == Layout::kKV)
-    return size_t(kKvStages) * kDk * KvSmemTile<T, kDk, kP>::kPitch * 16;
+    return size_t(kKvStages) * KvTile<T, kDk, kP>::kRows * KvTile<T, kDk, kP>::kThreads * 16;
 #if GDN_VK_RING
   else
     return size_t(warps_per_block) * kStages * kWarp * 16 *
@@ -1823,7 +1824,7 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
     // 11.2 at one tile).
     if constexpr (kP > kKvSmallW) {
       // A one-round grid of kKvSmallW-warp tiles, one a block (see kKvSmallW).
-      constexpr int cpi_small = KvSmemTile<T, kDk, kKvSmallW>::kCols;
+      constexpr int cpi_small = KvTile<T, kDk, kKvSmallW>::kCols;
       const int tiles_small = (p.head_dim_v + cpi_small - 1) / cpi_small;
       const int resident_small =
           with_io(p, [](auto io) { return resident_warps_per_sm<T, kLayout, kDk, kKvSmallW, decltype(io)>(); });
@@ -1898,12 +1899,12 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
           constexpr int kW = decltype(w_tag)::value;
           if constexpr (kFused)
             return launch_kernel(&decode_kv_fused_kernel<T, kDk, kW, IO>, blocks,
-                                 unsigned(KvSmemTile<T, kDk, kW>::kThreads),
+                                 unsigned(KvTile<T, kDk, kW>::kThreads),
                                  smem_bytes<T, kLayout, kDk, kW>(kW) + fused_smem, stream, pdl, g.cluster, p,
                                  g.items_per_head, g.items_per_warp, by_hv, scale, g.group_heads, g.cluster);
           else
             return launch_kernel(&decode_kv_step_kernel<T, kDk, kW, IO>, blocks,
-                                 unsigned(KvSmemTile<T, kDk, kW>::kThreads), kv_step_smem_bytes<T, kDk, kW>(),
+                                 unsigned(KvTile<T, kDk, kW>::kThreads), kv_step_smem_bytes<T, kDk, kW>(),
                                  stream, pdl, 1, p,
                                  g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map, scale,
                                  g.small_loads_first);
