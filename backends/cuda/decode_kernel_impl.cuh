@@ -26,17 +26,22 @@ namespace GDN_KERNEL_NS {
 // next: a template recursion, so every index is a constant (a loop over
 // both the count and the offset was not unrolled at kC = 16 and put the
 // values in local memory).
+// The halving step itself: the lane with the offset bit set keeps the upper
+// half x[k + n/2], adds the partner's copy of it, and sends the lower half.
+template <int kN, int kOff, int kC>
+__device__ __forceinline__ void halve(float (&x)[kC], int lane) {
+  const bool upper = (lane & kOff) != 0;
+#pragma unroll
+  for (int k = 0; k < kN / 2; ++k) {
+    const float keep = upper ? x[k + kN / 2] : x[k];
+    const float send = upper ? x[k] : x[k + kN / 2];
+    x[k] = keep + warp_shfl_xor(send, kOff);
+  }
+}
 template <int kN, int kOff, int kC>
 __device__ __forceinline__ void reduce_halves(float (&x)[kC], int lane) {
   if constexpr (kN > 1) {
-    // The lane with the offset bit set keeps the upper half x[k + n/2].
-    const bool upper = (lane & kOff) != 0;
-#pragma unroll
-    for (int k = 0; k < kN / 2; ++k) {
-      const float keep = upper ? x[k + kN / 2] : x[k];
-      const float send = upper ? x[k] : x[k + kN / 2];
-      x[k] = keep + warp_shfl_xor(send, kOff);
-    }
+    halve<kN, kOff>(x, lane);
     reduce_halves<kN / 2, kOff / 2>(x, lane);
   }
 }
@@ -1080,18 +1085,27 @@ template <int kN, int kOff, int kC>
 __device__ __forceinline__ void reduce_halves_up(float (&x)[kC], int lane) {
   if constexpr (kOff < kWarp) {
     if constexpr (kN > 1) {
-      const bool upper = (lane & kOff) != 0;
-#pragma unroll
-      for (int k = 0; k < kN / 2; ++k) {
-        const float keep = upper ? x[k + kN / 2] : x[k];
-        const float send = upper ? x[k] : x[k + kN / 2];
-        x[k] = keep + warp_shfl_xor(send, kOff);
-      }
+      halve<kN, kOff>(x, lane);
       reduce_halves_up<kN / 2, kOff * 2>(x, lane);
     } else {
       x[0] += warp_shfl_xor(x[0], kOff);
       reduce_halves_up<1, kOff * 2>(x, lane);
     }
+  }
+}
+
+// Issue the loads of q and k of row b, k-head hk for both kv kernels: lane
+// l of every warp rows l + kWarp n (a row past Dk reads row 0), raw (RawRun).
+template <typename IO, int kRows>
+__device__ __forceinline__ void load_qk_rows(const DecodeParams& p, int64_t b, int hk, int lane, int Dk,
+                                             IoRun<IO, 1> (&q_raw)[kRows], IoRun<IO, 1> (&k_raw)[kRows]) {
+  const int64_t q_base = b * p.q_batch_stride + int64_t(hk) * p.q_head_stride;
+  const int64_t k_base = b * p.k_batch_stride + int64_t(hk) * p.k_head_stride;
+#pragma unroll
+  for (int n = 0; n < kRows; ++n) {
+    const int i = lane + n * kWarp < Dk ? lane + n * kWarp : 0;
+    q_raw[n].load(p.qkv_dtype, p.q, q_base + i);
+    k_raw[n].load(p.qkv_dtype, p.k, k_base + i);
   }
 }
 
@@ -1122,6 +1136,21 @@ struct KvRegTile {
   static constexpr int kPartFloats = kW * kW * kSums;  // [warp][chunk][value]
   static_assert(kCols <= kThreads, "one finishing thread a column");
   static_assert(kWarp / kW >= 2, "the first in-warp level forms the sums");
+
+  // l2norm of q and k, which every warp's lanes hold between them (lane l
+  // rows l + kWarp n, l2_normalize), then q_hat and k_hat of this thread's
+  // own rows rg + kWarp n, from lane rg. Returns k_hat . q_hat.
+  static __device__ __forceinline__ float normalize(const DecodeParams& p, float (&qh)[kRows], float (&kh)[kRows],
+                                                    float (&qr)[kRows], float (&kr)[kRows]) {
+    const int tid = int(threadIdx.x), lane = tid % kWarp, rg = tid / kW;
+    const float kq = l2_normalize<1, kWarp>(p, lane, qh, kh);
+#pragma unroll
+    for (int n = 0; n < kRows; ++n) {
+      qr[n] = warp_shfl(qh[n], rg);
+      kr[n] = warp_shfl(kh[n], rg);
+    }
+    return kq;
+  }
 
   // Ring slot of the thread's chunk n in stage `stage`: [stage][n][thread],
   // consecutive threads 16 bytes apart (no bank conflicts).
@@ -1343,16 +1372,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   const bool qk_global = p.conv_width == 0;
   auto issue_small = [&] {
     load_v(t, v_first);
-    if (qk_global) {
-      const int64_t q_base = b * p.q_batch_stride + int64_t(hk) * p.q_head_stride;
-      const int64_t k_base = b * p.k_batch_stride + int64_t(hk) * p.k_head_stride;
-#pragma unroll
-      for (int n = 0; n < kRows; ++n) {
-        const int i = lane + n * kWarp < Dk ? lane + n * kWarp : 0;
-        q_raw[n].load(p.qkv_dtype, p.q, q_base + i);
-        k_raw[n].load(p.qkv_dtype, p.k, k_base + i);
-      }
-    }
+    if (qk_global) load_qk_rows<IO>(p, b, hk, lane, Dk, q_raw, k_raw);
   };
   GDN_MARK(0);
   start_fused_loads<IO>(p, grp, slots, sm, issue_state, issue_small);
@@ -1372,15 +1392,9 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     }
   }
 
-  // ---- 2. l2norm (every warp's lanes hold all of Dk: lane l rows l + kWarp n),
-  // then each thread takes q_hat, k_hat of its own rows rg + kWarp n from lane rg.
-  const float kq = l2_normalize<1, kWarp>(p, lane, qh, kh);
+  // ---- 2. l2norm, q_hat and k_hat of the thread's rows (KvRegTile::normalize)
   float qr[kRows], kr[kRows];
-#pragma unroll
-  for (int n = 0; n < kRows; ++n) {
-    qr[n] = warp_shfl(qh[n], rg);
-    kr[n] = warp_shfl(kh[n], rg);
-  }
+  const float kq = R::normalize(p, qh, kh, qr, kr);
   GDN_MARK(3);
   fused_mid<IO>(p, grp, slots, sm);
   GDN_MARK(4);
@@ -1521,14 +1535,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     load_v(t, v_run);
     const unsigned hq = by_head_map.div(unsigned(h));
     const int hk = p.head_map == HeadMap::kInterleaved ? int(hq) : h - int(hq) * p.num_k_heads;
-    const int64_t q_base = b * p.q_batch_stride + int64_t(hk) * p.q_head_stride;
-    const int64_t k_base = b * p.k_batch_stride + int64_t(hk) * p.k_head_stride;
-#pragma unroll
-    for (int n = 0; n < kRows; ++n) {
-      const int i = lane + n * kWarp < Dk ? lane + n * kWarp : 0;
-      q_raw[n].load(p.qkv_dtype, p.q, q_base + i);
-      k_raw[n].load(p.qkv_dtype, p.k, k_base + i);
-    }
+    load_qk_rows<IO>(p, b, hk, lane, Dk, q_raw, k_raw);
     gate_in = load_gate_inputs<IO>(p, b, h);
   };
   start_step_loads(p, small_loads_first, issue_state, issue_small);
@@ -1542,15 +1549,9 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   }
   const Gates gates = finish_gates(p, gate_in);
 
-  // ---- 2. l2norm (every warp's lanes hold all of Dk: lane l rows l + kWarp n),
-  // then each thread takes q_hat, k_hat of its own rows rg + kWarp n from lane rg.
-  const float kq = l2_normalize<1, kWarp>(p, lane, qh, kh);
+  // ---- 2. l2norm, q_hat and k_hat of the thread's rows (KvRegTile::normalize)
   float qr[kRows], kr[kRows];
-#pragma unroll
-  for (int n = 0; n < kRows; ++n) {
-    qr[n] = warp_shfl(qh[n], rg);
-    kr[n] = warp_shfl(kh[n], rg);
-  }
+  const float kq = R::normalize(p, qh, kh, qr, kr);
 
   // ---- 3. the block's tiles, kStagesHere - 1 of them in flight while one is reduced
   for (int stage = 0;; stage = stage + 1 == kStagesHere ? 0 : stage + 1) {
