@@ -1118,13 +1118,13 @@ __device__ __forceinline__ void load_qk_rows(const DecodeParams& p, int64_t b, i
 // barrier one thread a column (tid < kCols) adds the kW warps' partials,
 // forms delta and the output (emit(column, o)) and posts delta (`dl`);
 // a second barrier ends reduce(). store() then reads the deltas of the
-// thread's chunk and writes S' from its registers. The sum over a column's Dk rows is one balanced
-// tree over the kWarp row groups (each group's kRows rows added in order
-// first), row group bit 0 first: bits below log2(kWarp / kW) inside the
-// warp, the rest across warps in the same pairwise order, so it does not
-// depend on kW (the 4-warp tiles of one-round grids are bitwise the 8-warp
-// tiles) nor on the tiles a block streams. Every thread of the block calls
-// reduce() (it holds two barriers).
+// thread's chunk and writes S' from its registers. The sum over a column's
+// Dk rows is one balanced tree over the kWarp row groups (each group's
+// kRows rows added in order first), row group bit 0 first: bits below
+// log2(kWarp / kW) inside the warp, the rest across warps in the same
+// pairwise order, so it does not depend on kW (the 4-warp tiles of
+// one-round grids are bitwise the 8-warp tiles) nor on the tiles a block
+// streams. Every thread of the block calls reduce() (it holds two barriers).
 template <typename T, int kDk, int kW>
 struct KvRegTile {
   using Tile = KvTile<T, kDk, kW>;
@@ -1661,10 +1661,13 @@ int resident_warps_per_sm() {
   return per_device(cache, [] {
     const int w = kLayout == Layout::kKV ? kP : 8;
     size_t smem = 0;
-    if constexpr (kLayout == Layout::kKV)
+    if constexpr (kLayout == Layout::kKV) {
+      static_assert(kv_step_smem_bytes<T, kDk, kP>() <= GDN_MAX_BLOCK_SMEM,
+                    "the kv step's ring exceeds a block's shared memory");
       smem = kv_step_smem_bytes<T, kDk, kP>();
-    else
+    } else {
       smem = smem_bytes<T, kLayout, kDk, kP>(w);
+    }
     const void* k = kernel_of<T, kLayout, kDk, kP, IO>();
     static_assert(smem_bytes<T, kLayout, kDk, kP>(8) <= GDN_MAX_BLOCK_SMEM, "the ring exceeds a block's shared memory");
     // Failures here only cost speed (the launch reports any real error).
