@@ -84,7 +84,7 @@ struct Set {
 // The copy floor of a bed (µs a call). `us` is the floor the ratios use: the
 // fastest copy whose every byte is cold, as the state is in a call (rotating
 // destination, or in place). `warm_dst_us` is the copy into one destination
-// reused by every call, the floor of the rounds before 2026-12-01: that
+// reused by every call, the floor of rounds 1-5 (until 2026-11-30): that
 // destination stays in L2 across calls (the whole of it up to B = 8 fp32),
 // so its writes mostly never reach DRAM in the timed window, which a state
 // written in place cannot avoid.
