@@ -216,7 +216,8 @@ void BM_Pdl(benchmark::State& st, Shape shape) {
 // (last item), 6 step done, 7 all outputs in (norm), 8 end; inside the
 // fused prologue: 9 its loads issued, 10 the state's issued, 11 its
 // arithmetic done, 12 the gates done; in the step kernels (no prologue): 9
-// the small loads issued, 10 the state's.
+// the small loads issued, 10 the state's; 13 the fused kernels past their
+// cluster arrival (after mark 2).
 // How long a kernel waits for its parameters when they are cold: thread 0
 // reads one word from each 64-byte line of a 448-byte parameter block in
 // turn (each read a dependency of the next clock read), after 256 MiB of
@@ -310,7 +311,7 @@ void trace_one(const Shape& s, bool conv, bool norm, double ghz, bool hot = fals
   std::vector<unsigned long long> h(words);
   GDN_BENCH_CHECK(cudaMemcpy(h.data(), buf, words * 8, cudaMemcpyDeviceToHost));
   cudaFree(buf);
-  std::vector<std::vector<double>> d(13);
+  std::vector<std::vector<double>> d(14);
   std::vector<double> starts;
   unsigned long long g0 = ~0ull, g1 = 0;
   for (size_t blk = 0; blk < words / 16; ++blk) {
@@ -319,7 +320,7 @@ void trace_one(const Shape& s, bool conv, bool norm, double ghz, bool hot = fals
     starts.push_back(double(t[14]));
     g0 = std::min(g0, t[14]);
     g1 = std::max(g1, t[15]);
-    for (int k = 1; k < 13; ++k)
+    for (int k = 1; k < 14; ++k)
       if (t[k] != 0) d[k].push_back(double(t[k] - t[0]) / ghz);
   }
   std::sort(starts.begin(), starts.end());
@@ -328,7 +329,7 @@ void trace_one(const Shape& s, bool conv, bool norm, double ghz, bool hot = fals
               (std::string(conv && norm ? "conv+norm" : conv ? "conv" : norm ? "norm" : "step") + (hot ? " hot" : "")).c_str(), us,
               starts.size(), starts.empty() ? 0.0 : starts.back() - starts.front(),
               starts.empty() ? 0.0 : starts[starts.size() / 2] - starts.front(), double(g1 - g0));
-  for (int k = 1; k < 13; ++k) {
+  for (int k = 1; k < 14; ++k) {
     if (d[k].empty()) {
       std::printf("  %d: -", k);
       continue;

@@ -118,8 +118,11 @@
 // They go before the state's copies because they are the longer path (loaded,
 // then normalized before any state is used) and, issued behind 2 KiB of
 // copies a warp, they waited for the memory pipeline (bench_fused trace,
-// B = 1 fp32 vk cold: issued 1.3 us into the kernel). The fused prologue's
-// loads go first likewise. A programmatic launch issues the state's first.
+// B = 1 fp32 vk cold: issued 1.3 us into the kernel). The fused vk
+// prologue's loads go first likewise; the fused kv kernel issues its first
+// tile's copies first (64 registers: its prologue's loads then hold no tile
+// addresses live; start_fused_loads). A programmatic launch issues the
+// state's first.
 //
 // Instructions per warp
 // ---------------------

@@ -417,6 +417,174 @@ __device__ __forceinline__ void fused_arrive(const DecodeParams& p, const Group&
   cluster_arrive_relaxed();  // old conv windows read, outputs' mbarrier ready
 }
 
+// N (2 or 4) consecutive elements of E stored at ptr: one vector store when
+// the address allows it, else element by element (same values either way).
+template <typename E, int N>
+__device__ __forceinline__ void store_run(E* ptr, const E (&v)[N]) {
+  using W = typename RawWord<N * int(sizeof(E))>::type;
+  if (reinterpret_cast<uintptr_t>(ptr) % sizeof(W) == 0) {
+    W w;
+#pragma unroll
+    for (int i = 0; i < N; ++i) reinterpret_cast<E*>(&w)[i] = v[i];
+    *reinterpret_cast<W*>(ptr) = w;
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) ptr[i] = v[i];
+  }
+}
+
+// The group prologue by runs of kRun channels (fused_prologue's common
+// case: conv state [slot, conv_dim, W-1], every segment of the block's
+// channels a multiple of kRun long, one input dtype). Same results and
+// writes as the channel-by-channel form below. A thread takes channels
+// kRun s .. kRun s + kRun - 1 of the block's list (q, k, then the own v
+// columns), whose windows, weights, x and bias are each one contiguous run:
+// (W - 1) + W + 2 vector loads for kRun channels, plus one each for z and
+// norm_weight, instead of 2 W + 1 scalar loads a channel, and the shifted
+// windows go back as W - 1 vector stores. The G gates go to the block's
+// last G threads, whose runs (if any) come last, so their arithmetic is off
+// the conv's path. kW = 0: no conv (norm only).
+// kRun: 4 in the vk kernel (128 registers; a 16-bit vk block of 128 threads
+// covers Qwen3.5's 272 channels in one round, where two channels a thread
+// took a second round issued only after the first had landed), 2 in the kv
+// kernel (64 registers). Measured on the H200 (bench_fused, 2026-11-30,
+// against the channel-by-channel form in the same call), the fused middle
+// at B = 1: bf16 vk 7.35 -> 5.78 us, fp32 vk 7.40 -> 6.70, fp32 kv 7.70 ->
+// 6.78 and bf16 kv 7.18 -> 6.32 (kv with its state issued first, see
+// start_fused_loads); B = 8 1-7% faster, B = 64 within 1.2%.
+template <typename IO, int kW, int kRun, typename Issue>
+__device__ __forceinline__ void fused_prologue_runs(const DecodeParams& p, const Group& grp, const RowSlots& slots,
+                                                    const FusedSmem& sm, Issue&& issue_state) {
+  constexpr int kTaps = kW > 0 ? kW - 1 : 1;  // old inputs a channel keeps
+  const int Dk = p.head_dim_k, Dv = p.head_dim_v, G = grp.G;
+  const int nthreads = int(blockDim.x), tid = int(threadIdx.x);
+  const int n_own = grp.hi - grp.lo;
+  const int n_qk = kW > 0 ? 2 * Dk : 0;
+  const int n_conv = kW > 0 ? n_qk + n_own : 0;
+  const int n_z = p.norm_weight != nullptr ? n_own : 0;
+  const int n_w = p.norm_weight != nullptr ? Dv : 0;
+  const int n_runs = max(n_conv, max(n_z, n_w)) / kRun;
+  // The gates of the G heads: the block's last G threads, whose runs (if
+  // any) come last, so their gate arithmetic is off the conv's path.
+  const int gate_g = tid - (nthreads - G);
+  bool issued = false;
+  with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
+    using E = decltype(tag);
+    using Run = RawRun<E, kRun>;
+    const E* x = static_cast<const E*>(p.x) + grp.b * p.x_batch_stride;
+    const E* wt = static_cast<const E*>(p.conv_weight);
+    const E* bias = static_cast<const E*>(p.conv_bias);
+    E* cs = static_cast<E*>(p.conv_state);
+    const E* cs_in = cs + slots.s_in * p.conv_state_slot_stride;
+    E* cs_out = cs + slots.s_out * p.conv_state_slot_stride;
+    const E* nwp = static_cast<const E*>(p.norm_weight);
+    // the own columns lie in one head (the caller checked): v channel and z
+    // element m of them are one base plus m
+    const int g_lo = grp.lo / Dv, j_lo = grp.lo - g_lo * Dv;
+    const int h_lo = group_head(p, grp.hk, g_lo, G);
+    const int64_t v_first = 2 * int64_t(p.num_k_heads) * Dk + int64_t(h_lo) * Dv + j_lo;
+    const int64_t q_first = int64_t(grp.hk) * Dk, k_first = int64_t(p.num_k_heads + grp.hk) * Dk;
+    auto channel = [&](int m) -> int64_t {
+      if (m < n_qk) return m < Dk ? q_first + m : k_first + (m - Dk);
+      return v_first + (m - n_qk);
+    };
+    const E* z = static_cast<const E*>(p.z) +
+                 (n_z > 0 ? grp.b * p.z_batch_stride + int64_t(h_lo) * p.z_head_stride + j_lo : 0);
+    GateInputs<IO> gin;
+    if (gate_g >= 0) gin = load_gate_inputs<IO>(p, grp.b, group_head(p, grp.hk, gate_g, G));
+    for (int s = tid; s < n_runs; s += nthreads) {
+      // ---- loads, raw: a run past its range reads run 0 instead (a valid
+      // address), so no load waits in a branch of its own.
+      const int m = kRun * s;
+      Run nw, zv, xc, bv, old[kTaps], wv[kW > 0 ? kW : 1];
+      if (n_w > 0) nw.load(nwp + (m < n_w ? m : 0));
+      if (n_z > 0) zv.load(z + (m < n_z ? m : 0));
+      const int64_t c = kW > 0 ? channel(m < n_conv ? m : 0) : 0;
+      if constexpr (kW > 0) {
+#pragma unroll
+        for (int t = 0; t < kTaps; ++t) old[t].load(cs_in + c * kTaps + kRun * t);
+#pragma unroll
+        for (int t = 0; t < kW; ++t) wv[t].load(wt + c * kW + kRun * t);
+        xc.load(x + c);
+        if (bias) bv.load(bias + c);
+      }
+      GDN_MARK(9);
+      if (!issued) {
+        issue_state();
+        issued = true;
+      }
+      GDN_MARK(10);
+      // ---- then the arithmetic and the stores. Element e of a run of
+      // runs (old, wv) is element e % kRun of run e / kRun: channel e / taps.
+      auto el = [](const Run* r, int e) { return reinterpret_cast<const E*>(&r[e / kRun].w[0])[e % kRun]; };
+      if (m < n_w) {
+        float f[kRun];
+        nw.to_float(f);
+#pragma unroll
+        for (int k = 0; k < kRun; ++k) sm.w[m + k] = f[k];
+      }
+      if (m < n_z) {
+        float f[kRun];
+        zv.to_float(f);
+#pragma unroll
+        for (int k = 0; k < kRun; ++k) sm.z[grp.lo + m + k] = silu(f[k]);  // the gate, off the tail
+      }
+      if constexpr (kW > 0) {
+        if (m < n_conv) {
+          float xf[kRun], bf[kRun] = {};
+          xc.to_float(xf);
+          if (bias) bv.to_float(bf);
+          // the run's first group position: q/k in place, v after 2 Dk
+          float* y = m < n_qk ? sm.qk + m : sm.vo + (grp.lo + m - n_qk);
+          E nv[kTaps][kRun];  // the shifted windows, laid out as the old ones
+#pragma unroll
+          for (int k = 0; k < kRun; ++k) {
+            // y = silu(w . window + bias), window = (old[0 .. W-2], x)
+            float acc = bf[k];
+#pragma unroll
+            for (int t = 0; t < kW - 1; ++t)
+              acc += Elem<E>::to_float(el(wv, k * kW + t)) * Elem<E>::to_float(el(old, k * kTaps + t));
+            acc += Elem<E>::to_float(el(wv, k * kW + kW - 1)) * xf[k];
+            y[k] = silu(acc);
+            // conv_state[s_out, c] = (old[1 .. W-2], x): the input values themselves
+#pragma unroll
+            for (int t = 0; t < kTaps; ++t) {
+              const int e = k * kTaps + t;
+              nv[e / kRun][e % kRun] = t + 1 < kTaps ? el(old, e + 1) : reinterpret_cast<const E*>(&xc.w[0])[k];
+            }
+          }
+          if (slots.write) {
+            if (grp.size == 1 || m >= n_qk) {
+              // one reader (the v channels, or no cluster): written now
+#pragma unroll
+              for (int t = 0; t < kTaps; ++t) store_run(cs_out + c * kTaps + kRun * t, nv[t]);
+            } else {
+              // q/k in a cluster: this block's share (m % size == rank),
+              // kept for fused_mid
+#pragma unroll
+              for (int k = 0; k < kRun; ++k)
+                if ((m + k) % grp.size == grp.rank)
+#pragma unroll
+                  for (int t = 0; t < kTaps; ++t) {
+                    const int e = k * kTaps + t;
+                    sm.next[3 * (m + k) + t] = Elem<E>::to_float(nv[e / kRun][e % kRun]);
+                  }
+            }
+          }
+        }
+      }
+    }
+    GDN_MARK(11);
+    if (gate_g >= 0) {
+      const Gates gt = finish_gates(p, gin);
+      sm.decay[gate_g] = gt.decay;
+      sm.beta[gate_g] = gt.beta;
+    }
+  });
+  if (!issued) issue_state();
+  GDN_MARK(12);
+}
+
 // The block's share of the group prologue (every thread calls it; a barrier
 // must follow before the shared values are read). Channels: q and k of hk
 // (every block needs them) and v of the block's own columns [lo, hi) only.
@@ -433,16 +601,19 @@ __device__ __forceinline__ void fused_arrive(const DecodeParams& p, const Group&
 // - norm: silu(z) of the own columns and norm_weight into shared memory;
 // - the gates of the G heads.
 // Latency is what counts here: a thread issues the loads of up to kPer
-// channels, its z values and its gate inputs, then (issue_state) the first
-// state copies, then uses any of them. The prologue's loads go first so that
-// they do not queue behind the state's; its arithmetic then overlaps the
-// state's arrival.
+// channels, its z values and its gate inputs, then (issue_state, unless the
+// caller issued them first) the first state copies, then uses any of them.
+// The prologue's loads go first so that they do not queue behind the
+// state's; its arithmetic then overlaps the state's arrival.
+// The common layout goes by runs of kRun channels (fused_prologue_runs);
+// this channel-by-channel form serves the rest (tap-major or padded conv
+// state, odd segment lengths, MixedIO).
 // kPer = 2: a block's 256 threads cover Qwen3.5's 2 Dk + G Dv = 512
 // channels in one round. A thread's instructions are what the prologue
 // waits on (bench_fused trace), so more slots cost more than a second round
 // saves: with 4, B = 1 fp32 vk (two of them unused) went 7.25 -> 7.98 us and
 // bf16 vk (4-warp blocks, 272 channels: two rounds with 2) 7.47 -> 7.94.
-template <typename IO, typename Issue>
+template <typename IO, int kRun, typename Issue>
 __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Group& grp, const RowSlots& slots,
                                                const FusedSmem& sm, Issue&& issue_state) {
   constexpr int kPer = 2;
@@ -454,6 +625,24 @@ __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Grou
   const int n_z = p.norm_weight != nullptr ? n_own : 0;
   const int n_w = p.norm_weight != nullptr ? Dv : 0;
   const int n = max(n_conv, max(n_z, n_w));
+  // The common layout by runs of kRun channels (fused_prologue_runs): conv
+  // state [slot, conv_dim, W-1], q/k and the own columns (one head) whole
+  // runs, the input dtypes uniform (MixedIO, the rare case, keeps the
+  // channel-by-channel form: the runs of its three dtypes spilled 300-400
+  // bytes in the kv kernel). (G <= kMaxFusedGroup, far below a block's
+  // threads.)
+  const int j_own = grp.lo % Dv;
+  if constexpr (!std::is_same<IO, MixedIO>::value) {
+    if ((W == 0 || (p.conv_state_tap_stride == 1 && p.conv_state_channel_stride == W - 1 && Dk % kRun == 0)) &&
+        n_own % kRun == 0 && Dv % kRun == 0 && j_own + n_own <= Dv) {
+      switch (W) {
+        case 0: fused_prologue_runs<IO, 0, kRun>(p, grp, slots, sm, issue_state); return;
+        case 2: fused_prologue_runs<IO, 2, kRun>(p, grp, slots, sm, issue_state); return;
+        case 3: fused_prologue_runs<IO, 3, kRun>(p, grp, slots, sm, issue_state); return;
+        default: fused_prologue_runs<IO, 4, kRun>(p, grp, slots, sm, issue_state); return;
+      }
+    }
+  }
   bool issued = false;
   with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
     using E = decltype(tag);
@@ -685,23 +874,30 @@ __device__ __forceinline__ void start_step_loads(const DecodeParams& p, bool sma
 }
 
 // The fused kernels' first loads (both layouts): the prologue's, then the
-// state's (before the wait under a programmatic launch: the inputs may still
-// be being written by the previous kernel), then q, k, v and the gates once
-// the prologue's outputs are in shared memory.
-template <typename IO, typename IssueState, typename IssueSmall>
+// state's, then q, k, v and the gates once the prologue's outputs are in
+// shared memory. The state's go first under a programmatic launch (before
+// the wait: the inputs may still be being written by the previous kernel)
+// and always with kStateFirst (the kv kernel: its tile copies' addresses
+// then die before the prologue's runs are live, and the kernel, at 64
+// registers, spills 8 bytes instead of 48-72; with them, fp32 kv at B = 64
+// ran 83.0 -> 88.1 us, without, 83.0 -> 82.9 and B = 1 7.70 -> 6.78). kRun:
+// channels a thread's prologue runs take (fused_prologue_runs).
+template <typename IO, int kRun, bool kStateFirst, typename IssueState, typename IssueSmall>
 __device__ __forceinline__ void start_fused_loads(const DecodeParams& p, const Group& grp, const RowSlots& slots,
                                                   const FusedSmem& sm, IssueState&& issue_state,
                                                   IssueSmall&& issue_small) {
   fused_begin(p, grp, sm);
-  if (p.programmatic_launch) issue_state();
+  const bool state_first = p.programmatic_launch || kStateFirst;
+  if (state_first) issue_state();
   wait_upstream();
   GDN_MARK(1);
-  fused_prologue<IO>(p, grp, slots, sm, [&] {
-    if (!p.programmatic_launch) issue_state();
+  fused_prologue<IO, kRun>(p, grp, slots, sm, [&] {
+    if (!state_first) issue_state();
   });
   __syncthreads();
   GDN_MARK(2);
   fused_arrive(p, grp, sm);
+  GDN_MARK(13);
   issue_small();
 }
 
@@ -975,7 +1171,7 @@ __global__ void __launch_bounds__(8 * kWarp,
   };
   GDN_MARK(0);
   if constexpr (kFused)
-    start_fused_loads<IO>(p, grp, slots, sm, issue_state, issue_small);
+    start_fused_loads<IO, 4, false>(p, grp, slots, sm, issue_state, issue_small);
   else
     start_step_loads(p, small_loads_first, issue_state, issue_small);
   // ... then the values.
@@ -1375,7 +1571,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     if (qk_global) load_qk_rows<IO>(p, b, hk, lane, Dk, q_raw, k_raw);
   };
   GDN_MARK(0);
-  start_fused_loads<IO>(p, grp, slots, sm, issue_state, issue_small);
+  start_fused_loads<IO, 2, true>(p, grp, slots, sm, issue_state, issue_small);
   // ... then the values.
   float vj = convert_v(v_first);
   float qh[kRows], kh[kRows];
@@ -1538,6 +1734,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     load_qk_rows<IO>(p, b, hk, lane, Dk, q_raw, k_raw);
     gate_in = load_gate_inputs<IO>(p, b, h);
   };
+  GDN_MARK(0);
   start_step_loads(p, small_loads_first, issue_state, issue_small);
   float vj = v_run.value(finisher);
   float qh[kRows], kh[kRows];
@@ -1552,6 +1749,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   // ---- 2. l2norm, q_hat and k_hat of the thread's rows (KvRegTile::normalize)
   float qr[kRows], kr[kRows];
   const float kq = R::normalize(p, qh, kh, qr, kr);
+  GDN_MARK(3);
 
   // ---- 3. the block's tiles, kStagesHere - 1 of them in flight while one is reduced
   for (int stage = 0;; stage = stage + 1 == kStagesHere ? 0 : stage + 1) {
@@ -1561,6 +1759,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     IoRun<IO, 1> v_next;
     if (has_next) load_v(t + 1, v_next);
     async_wait<kStagesHere - 1>();  // this thread's chunks of tile t have landed
+    GDN_MARK(5);
     V s[kRows];
 #pragma unroll
     for (int n = 0; n < kRows; ++n) s[n] = ring[R::slot(stage, n, tid)];
@@ -1579,6 +1778,8 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     ++t;
     vj = v_next.value(finisher);
   }
+  GDN_MARK(6);
+  GDN_MARK(8);
 }
 
 // Dynamic shared memory of the kv step kernel: its ring.
