@@ -217,12 +217,18 @@ void BM_Pdl(benchmark::State& st, Shape shape) {
 // fused prologue: 9 its loads issued, 10 the state's issued, 11 its
 // arithmetic done, 12 the gates done; in the step kernels (no prologue): 9
 // the small loads issued, 10 the state's; 13 the fused kernels past their
-// cluster arrival (after mark 2).
+// cluster arrival (after mark 2), 16 their q/k read back before the l2norm,
+// 17 their first item's or tile's reduction done, 18 the norm's rstd formed
+// (after its barrier). Slots 14 and 15 hold the global timer.
 // How long a kernel waits for its parameters when they are cold: thread 0
 // reads one word from each 64-byte line of a 448-byte parameter block in
 // turn (each read a dependency of the next clock read), after 256 MiB of
 // writes evicted everything from L2; launched from a graph (parameters in
 // device memory, as for our benchmark) and from the stream.
+// Words a block's trace takes (decode_kernel_impl.cuh, trace_mark), and the
+// marks printed (0 .. kTraceMarks - 1, slots 14 and 15 being timers).
+constexpr size_t kTraceWords = 32;
+constexpr int kTraceMarks = 19;
 struct ParamBlock {
   unsigned long long w[56];
 };
@@ -311,17 +317,17 @@ void trace_one(const Shape& s, bool conv, bool norm, double ghz, bool hot = fals
   std::vector<unsigned long long> h(words);
   GDN_BENCH_CHECK(cudaMemcpy(h.data(), buf, words * 8, cudaMemcpyDeviceToHost));
   cudaFree(buf);
-  std::vector<std::vector<double>> d(14);
+  std::vector<std::vector<double>> d(kTraceMarks);
   std::vector<double> starts;
   unsigned long long g0 = ~0ull, g1 = 0;
-  for (size_t blk = 0; blk < words / 16; ++blk) {
-    const unsigned long long* t = &h[blk * 16];
+  for (size_t blk = 0; blk < words / kTraceWords; ++blk) {
+    const unsigned long long* t = &h[blk * kTraceWords];
     if (t[14] == 0) continue;
     starts.push_back(double(t[14]));
     g0 = std::min(g0, t[14]);
     g1 = std::max(g1, t[15]);
-    for (int k = 1; k < 14; ++k)
-      if (t[k] != 0) d[k].push_back(double(t[k] - t[0]) / ghz);
+    for (int k = 1; k < kTraceMarks; ++k)
+      if (k != 14 && k != 15 && t[k] != 0) d[k].push_back(double(t[k] - t[0]) / ghz);
   }
   std::sort(starts.begin(), starts.end());
   std::printf("%-16s %-14s %7.2f us/call %5zu blocks, starts spread %6.0f ns (median %6.0f), span %6.0f ns |",
@@ -329,7 +335,8 @@ void trace_one(const Shape& s, bool conv, bool norm, double ghz, bool hot = fals
               (std::string(conv && norm ? "conv+norm" : conv ? "conv" : norm ? "norm" : "step") + (hot ? " hot" : "")).c_str(), us,
               starts.size(), starts.empty() ? 0.0 : starts.back() - starts.front(),
               starts.empty() ? 0.0 : starts[starts.size() / 2] - starts.front(), double(g1 - g0));
-  for (int k = 1; k < 14; ++k) {
+  for (int k = 1; k < kTraceMarks; ++k) {
+    if (k == 14 || k == 15) continue;
     if (d[k].empty()) {
       std::printf("  %d: -", k);
       continue;
@@ -350,16 +357,16 @@ __global__ void copy_kernel_traced(const uint4* __restrict__ src, uint4* __restr
                                    unsigned long long* trace) {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  if (threadIdx.x == 0) trace[size_t(blockIdx.x) * 16 + 14] = t;
+  if (threadIdx.x == 0) trace[size_t(blockIdx.x) * kTraceWords + 14] = t;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += stride) dst[i] = src[i];
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  if (threadIdx.x == 0) trace[size_t(blockIdx.x) * 16 + 15] = t;
+  if (threadIdx.x == 0) trace[size_t(blockIdx.x) * kTraceWords + 15] = t;
 }
 void trace_calls(const Shape& s, bool copy) {
   FusedBed fb(s);
   const int n = fb.bed.calls();
-  const size_t per_call = size_t(8192) * 16;  // words: up to 8192 blocks a call
+  const size_t per_call = size_t(8192) * kTraceWords;  // words: up to 8192 blocks a call
   unsigned long long* buf = nullptr;
   GDN_BENCH_CHECK(cudaMalloc(&buf, n * per_call * 8));
   int sms = 0;
@@ -389,7 +396,7 @@ void trace_calls(const Shape& s, bool copy) {
   std::vector<double> first(n, 1e30), last(n, 0), span, gap;
   for (int i = 0; i < n; ++i)
     for (size_t blk = 0; blk < 8192; ++blk) {
-      const unsigned long long* t = &h[i * per_call + blk * 16];
+      const unsigned long long* t = &h[i * per_call + blk * kTraceWords];
       if (t[14] == 0) continue;
       first[i] = std::min(first[i], double(t[14]));
       last[i] = std::max(last[i], double(t[15]));

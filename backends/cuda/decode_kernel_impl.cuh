@@ -92,13 +92,13 @@ __device__ __forceinline__ RowSlots row_slots(const DecodeParams& p, int64_t b, 
 
 // Phase timestamps for bench_fused's `trace` mode, in builds with GDN_TRACE
 // only (a diagnostic: compiled out otherwise). Thread 0 of each block stores
-// clock64 at mark k in trace[block * 16 + k] and the global timer at marks 0
-// and 8 in slots 14 and 15; the buffer travels in invalid_index_count, which
-// a dense call (no indices) never uses.
+// clock64 at mark k in trace[block * 32 + k] and the global timer at marks 0
+// and 8 in slots 14 and 15 (so marks 14 and 15 do not exist); the buffer
+// travels in invalid_index_count, which a dense call (no indices) never uses.
 #if defined(GDN_TRACE)
 __device__ __forceinline__ void trace_mark(const DecodeParams& p, int k) {
   if (threadIdx.x != 0 || p.invalid_index_count == nullptr || p.index_dtype != IndexType::kNone) return;
-  unsigned long long* t = reinterpret_cast<unsigned long long*>(p.invalid_index_count) + size_t(blockIdx.x) * 16;
+  unsigned long long* t = reinterpret_cast<unsigned long long*>(p.invalid_index_count) + size_t(blockIdx.x) * 32;
   unsigned long long c;
   asm volatile("mov.u64 %0, %%clock64;" : "=l"(c)::"memory");
   t[k] = c;
@@ -837,6 +837,7 @@ __device__ __forceinline__ void fused_finish(const DecodeParams& p, const Group&
     if (g < G && lane == 0) sm.rstd[g] = rsqrtf(ss / float(Dv) + p.norm_eps);
   }
   __syncthreads();
+  GDN_MARK(18);
   with_dtype<IO>(p.o_dtype, [&](auto tag) {
     using E = decltype(tag);
     for (int i = grp.lo + int(threadIdx.x); i < grp.hi; i += int(blockDim.x)) {
@@ -1203,6 +1204,7 @@ __global__ void __launch_bounds__(8 * kWarp,
   }
 
   // ---- 2. l2norm: the lanes of a column group hold all of Dk between them
+  GDN_MARK(16);
   const float kq = l2_normalize<kReduceLow, kReduceSpan>(p, lane, qh, kh);
   GDN_MARK(3);
   if constexpr (kFused) fused_mid<IO>(p, grp, slots, sm);
@@ -1236,6 +1238,7 @@ __global__ void __launch_bounds__(8 * kWarp,
           return a;
         },
         vj, decay, beta, kq, scale, lane, delta);
+    GDN_MARK(17);
     // S' = exp(g) S + k_hat delta
 #pragma unroll
     for (int o = 0; o < kOuter; ++o)
@@ -1590,6 +1593,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
 
   // ---- 2. l2norm, q_hat and k_hat of the thread's rows (KvRegTile::normalize)
   float qr[kRows], kr[kRows];
+  GDN_MARK(16);
   const float kq = R::normalize(p, qh, kh, qr, kr);
   GDN_MARK(3);
   fused_mid<IO>(p, grp, slots, sm);
@@ -1623,6 +1627,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
                   });
                 }
               });
+    GDN_MARK(17);
     if (slots.write) {
       // S read back from the ring (its stage is refilled only next tile):
       // its registers are free across the reduction (kept, the bf16 kernel
