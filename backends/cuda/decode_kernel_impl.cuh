@@ -256,10 +256,24 @@ __device__ __forceinline__ int group_head(const DecodeParams& p, int hk, int g, 
 
 // A fused block's group, its rank in the cluster of `size` blocks that splits
 // the group at small B (size 1 everywhere else), and the group columns
-// [lo, hi) whose outputs it computes.
+// [lo, hi) whose outputs it computes: from column j_lo of member g_lo on
+// (lo = g_lo Dv + j_lo). by_size divides by size.
 struct Group {
   int64_t b;
-  int hk, G, rank, size, lo, hi;
+  int hk, G, rank, size, lo, hi, g_lo, j_lo;
+  FastDiv by_size;
+  // m mod size (the q/k conv channels' share of block rank: m mod size == rank)
+  __device__ __forceinline__ int share(int m) const { return m - int(by_size.div(unsigned(m))) * size; }
+  // the block's columns all in member g_lo (every cluster geometry of Qwen3.5)
+  __device__ __forceinline__ bool one_head(int Dv) const { return j_lo + (hi - lo) <= Dv; }
+};
+
+// The fused kernels' divisors, prepared by the launch so that a block's
+// coordinates take no integer division (each one, on the chain before the
+// first load, was ~25 instructions): the cluster size and the warps (vk) or
+// tiles (kv) of a head.
+struct FusedDivs {
+  FastDiv cluster, per_head;
 };
 
 // Shared memory of the fused stages, after the ring (floats, 16-byte aligned):
@@ -480,7 +494,7 @@ __device__ __forceinline__ void fused_prologue_runs(const DecodeParams& p, const
     const E* nwp = static_cast<const E*>(p.norm_weight);
     // the own columns lie in one head (the caller checked): v channel and z
     // element m of them are one base plus m
-    const int g_lo = grp.lo / Dv, j_lo = grp.lo - g_lo * Dv;
+    const int g_lo = grp.g_lo, j_lo = grp.j_lo;
     const int h_lo = group_head(p, grp.hk, g_lo, G);
     const int64_t v_first = 2 * int64_t(p.num_k_heads) * Dk + int64_t(h_lo) * Dv + j_lo;
     const int64_t q_first = int64_t(grp.hk) * Dk, k_first = int64_t(p.num_k_heads + grp.hk) * Dk;
@@ -563,7 +577,7 @@ __device__ __forceinline__ void fused_prologue_runs(const DecodeParams& p, const
               // kept for fused_mid
 #pragma unroll
               for (int k = 0; k < kRun; ++k)
-                if ((m + k) % grp.size == grp.rank)
+                if (grp.share(m + k) == grp.rank)
 #pragma unroll
                   for (int t = 0; t < kTaps; ++t) {
                     const int e = k * kTaps + t;
@@ -631,10 +645,9 @@ __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Grou
   // channel-by-channel form: the runs of its three dtypes spilled 300-400
   // bytes in the kv kernel). (G <= kMaxFusedGroup, far below a block's
   // threads.)
-  const int j_own = grp.lo % Dv;
   if constexpr (!std::is_same<IO, MixedIO>::value) {
     if ((W == 0 || (p.conv_state_tap_stride == 1 && p.conv_state_channel_stride == W - 1 && Dk % kRun == 0)) &&
-        n_own % kRun == 0 && Dv % kRun == 0 && j_own + n_own <= Dv) {
+        n_own % kRun == 0 && Dv % kRun == 0 && grp.one_head(Dv)) {
       switch (W) {
         case 0: fused_prologue_runs<IO, 0, kRun>(p, grp, slots, sm, issue_state); return;
         case 2: fused_prologue_runs<IO, 2, kRun>(p, grp, slots, sm, issue_state); return;
@@ -662,8 +675,8 @@ __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Grou
     // common case takes no division: the block's own columns within one
     // head (every cluster geometry of Qwen3.5) make v channel m and z
     // element m one base plus m.
-    const int g_lo = grp.lo / Dv, j_lo = grp.lo - g_lo * Dv;
-    const bool one_head = j_lo + n_own <= Dv;
+    const int g_lo = grp.g_lo, j_lo = grp.j_lo;
+    const bool one_head = grp.one_head(Dv);
     const int64_t v_first = 2 * int64_t(p.num_k_heads) * Dk + int64_t(group_head(p, grp.hk, g_lo, G)) * Dv + j_lo;
     const int64_t q_first = int64_t(grp.hk) * Dk, k_first = int64_t(p.num_k_heads + grp.hk) * Dk;
     auto channel = [&](int m) -> int64_t {
@@ -743,7 +756,7 @@ __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Grou
           // themselves: now (one reader), or this block's share of the q/k
           // channels, kept for fused_mid
           const bool now = grp.size == 1 || m >= n_qk;
-          if (slots.write && (now || m % grp.size == grp.rank)) {
+          if (slots.write && (now || grp.share(m) == grp.rank)) {
             const int64_t c = channel(m);
 #pragma unroll
             for (int t = 0; t < 3; ++t)
@@ -808,10 +821,13 @@ __device__ __forceinline__ void fused_emit(const FusedSmem& sm, const Group& grp
 // The gated RMSNorm over each head of the group, once every output of the
 // group is in sm.out (every thread calls it):
 //   out[j] = w[j] * o[j] * rsqrt(mean_j(o[j]^2) + eps) * silu(z[j])
-// Warp g sums head g's squares in one fixed order (lane l: j = l, l + kWarp,
-// ..., then a fixed butterfly), whatever the launch geometry: deterministic
-// and batch-invariant. A block writes its own columns [lo, hi). No block
-// reads another's shared memory, so none waits for the others to leave.
+// A head's squares are summed by one warp in one fixed order (lane l: j = l,
+// l + kWarp, ..., then a fixed butterfly), whatever the launch geometry:
+// deterministic and batch-invariant. When the block's columns lie in one
+// head, each warp writing some of them forms that head's rstd itself; else
+// warp g forms head g's into shared memory for all. A block writes its own
+// columns [lo, hi). No block reads another's shared memory, so none waits
+// for the others to leave.
 template <typename IO>
 __device__ __forceinline__ void fused_finish(const DecodeParams& p, const Group& grp, const FusedSmem& sm) {
   if (p.norm_weight == nullptr) return;
@@ -822,18 +838,41 @@ __device__ __forceinline__ void fused_finish(const DecodeParams& p, const Group&
   else
     __syncthreads();
   GDN_MARK(7);
+  // The sum of squares of head g's outputs, in the one fixed order.
+  auto head_ss = [&](int g) {
+    float ss = 0.0f;
+    for (int j = lane; j < Dv; j += kWarp) {
+      const float o = sm.out[g * Dv + j];
+      ss += o * o;
+    }
+#pragma unroll
+    for (int off = kWarp / 2; off >= 1; off /= 2) ss += warp_shfl_xor(ss, off);
+    return ss;
+  };
+  if (grp.one_head(Dv)) {
+    // The block's columns lie in member g_lo (every cluster geometry of
+    // Qwen3.5): each warp holding some of them forms that head's rstd
+    // itself, the same sum in the same order (so the same bits), and no
+    // barrier or shared rstd stands between it and its stores; warps
+    // holding none are done. (The whole test is uniform over a warp.)
+    if (warp * kWarp >= grp.hi - grp.lo) return;
+    const float rstd = rsqrtf(head_ss(grp.g_lo) / float(Dv) + p.norm_eps);
+    GDN_MARK(18);
+    with_dtype<IO>(p.o_dtype, [&](auto tag) {
+      using E = decltype(tag);
+      const int64_t o_base = grp.b * p.o_batch_stride + int64_t(group_head(p, grp.hk, grp.g_lo, G)) * p.o_head_stride;
+      for (int i = grp.lo + int(threadIdx.x); i < grp.hi; i += int(blockDim.x)) {
+        const int j = grp.j_lo + (i - grp.lo);
+        static_cast<E*>(p.o)[o_base + j] = Elem<E>::from_float(sm.w[j] * sm.out[i] * rstd * sm.z[i]);
+      }
+    });
+    return;
+  }
   // Every warp takes part in every round (a 64-lane logical warp's
   // exchanges are barriers its warps must all reach).
   for (int g0 = 0; g0 < G; g0 += warps) {
     const int g = g0 + warp;
-    float ss = 0.0f;
-    if (g < G)
-      for (int j = lane; j < Dv; j += kWarp) {
-        const float o = sm.out[g * Dv + j];
-        ss += o * o;
-      }
-#pragma unroll
-    for (int off = kWarp / 2; off >= 1; off /= 2) ss += warp_shfl_xor(ss, off);
+    const float ss = head_ss(g < G ? g : 0);
     if (g < G && lane == 0) sm.rstd[g] = rsqrtf(ss / float(Dv) + p.norm_eps);
   }
   __syncthreads();
@@ -929,7 +968,7 @@ __global__ void __launch_bounds__(8 * kWarp,
                                   GDN_VK_RING && !kFused ? (sizeof(T) == 4 ? 1024 : 768) / (8 * kWarp) : 2 / (1 + !GDN_VK_RING))
     decode_kernel(const __grid_constant__ DecodeParams p, int items_per_head, int items_per_warp,
                   FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale, int group_heads,
-                  int warps_per_head, int cluster, bool small_loads_first) {
+                  int warps_per_head, int cluster, bool small_loads_first, FusedDivs fdiv) {
   // The vk kernel (kv runs decode_kv_step_kernel or decode_kv_fused_kernel below).
   static_assert(kLayout == Layout::kVK, "kv runs its own kernels");
   constexpr int kColsPerItem = cols_per_item<T, kLayout, kDk, kP>();
@@ -955,22 +994,25 @@ __global__ void __launch_bounds__(8 * kWarp,
   int64_t b;
   Group grp{};
   if constexpr (kFused) {
-    const unsigned group = blockIdx.x / unsigned(cluster);
+    const unsigned group = fdiv.cluster.div(blockIdx.x);
     const unsigned b32 = by_hv.div(group);
     b = b32;
     hk = int(group - b32 * unsigned(p.num_k_heads));
-    grp = Group{b, hk, group_heads, int(blockIdx.x - group * unsigned(cluster)), cluster, 0, 0};
+    grp = Group{b, hk, group_heads, int(blockIdx.x - group * unsigned(cluster)), cluster, 0, 0, 0, 0, fdiv.cluster};
     gw = grp.rank * warps + warp;  // the warp's index in the group
-    g = gw / warps_per_head;
+    g = int(fdiv.per_head.div(unsigned(gw)));
     h = group_head(p, hk, g, group_heads);
     blk = grp.rank;
     // The block's columns: from its first warp's first item to its last
-    // warp's last (consecutive warps of a head own consecutive items).
+    // warp's last (consecutive warps of a head own consecutive items; the
+    // first item's column is below Dv).
     const int first = grp.rank * warps, last = first + warps - 1;
-    const int g_first = first / warps_per_head, g_last = last / warps_per_head;
+    const int g_first = int(fdiv.per_head.div(unsigned(first))), g_last = int(fdiv.per_head.div(unsigned(last)));
     const int it_first = (first - g_first * warps_per_head) * items_per_warp;
     const int it_end = min(items_per_head, (last - g_last * warps_per_head + 1) * items_per_warp);
-    grp.lo = g_first * Dv + min(Dv, it_first * kColsPerItem);
+    grp.g_lo = g_first;
+    grp.j_lo = it_first * kColsPerItem;
+    grp.lo = g_first * Dv + grp.j_lo;
     grp.hi = g_last * Dv + min(Dv, it_end * kColsPerItem);
   } else {
     const unsigned row_head = by_blocks_per_head.div(blockIdx.x);
@@ -1461,7 +1503,7 @@ struct KvRegTile {
 template <typename T, int kDk, int kW, typename IO>
 __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) : 1)
     decode_kv_fused_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
-                           FastDiv by_hv, float scale, int group_heads, int cluster) {
+                           FastDiv by_hv, float scale, int group_heads, int cluster, FusedDivs fdiv) {
   using R = KvRegTile<T, kDk, kW>;
   using V = Vec<T>;
   constexpr int kVec = R::kVec, kRows = R::kRows, kCols = R::kCols, kThreads = R::kThreads;
@@ -1477,17 +1519,19 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   const int tid = int(threadIdx.x), lane = tid % kWarp;
   // blockIdx = (b * Hk + hk) * cluster + rank; this block's tiles [t, t_end)
   // of the group's (never empty).
-  const unsigned group = blockIdx.x / unsigned(cluster);
+  const unsigned group = fdiv.cluster.div(blockIdx.x);
   const unsigned b32 = by_hv.div(group);
   const int64_t b = b32;
   const int hk = int(group - b32 * unsigned(p.num_k_heads));
-  Group grp{b, hk, group_heads, int(blockIdx.x - group * unsigned(cluster)), cluster, 0, 0};
+  Group grp{b, hk, group_heads, int(blockIdx.x - group * unsigned(cluster)), cluster, 0, 0, 0, 0, fdiv.cluster};
   const int blk = grp.rank;
   int t = grp.rank * tiles_per_block;
   const int t_end = min(group_heads * tiles_per_head, t + tiles_per_block);
   // The block's columns: from its first tile's first to its last tile's last.
-  const int g_first = t / tiles_per_head, g_last = (t_end - 1) / tiles_per_head;
-  grp.lo = g_first * Dv + (t - g_first * tiles_per_head) * kCols;
+  const int g_first = int(fdiv.per_head.div(unsigned(t))), g_last = int(fdiv.per_head.div(unsigned(t_end - 1)));
+  grp.g_lo = g_first;
+  grp.j_lo = (t - g_first * tiles_per_head) * kCols;
+  grp.lo = g_first * Dv + grp.j_lo;
   grp.hi = g_last * Dv + min(Dv, (t_end - g_last * tiles_per_head) * kCols);
 
   const RowSlots slots = row_slots(p, b, hk, blk);
@@ -1508,7 +1552,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     int g, h, tile;
   };
   auto pos = [&](int tt) -> Pos {
-    const int g = tt / tiles_per_head;
+    const int g = int(fdiv.per_head.div(unsigned(tt)));
     return Pos{g, group_head(p, hk, g, group_heads), tt - g * tiles_per_head};
   };
   auto head_off = [&](int h) { return int64_t(h) * Dk * Dv; };
@@ -2093,6 +2137,12 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
       unsigned(g.fused ? p.batch * p.num_k_heads * g.cluster : p.batch * p.num_v_heads * g.blocks_per_head);
   const FastDiv by_hv(unsigned(g.fused ? p.num_k_heads : p.num_v_heads));
   const FastDiv by_bph(unsigned(g.blocks_per_head));
+  // fused: the cluster size and the warps (vk) or tiles (kv) of a head
+  FusedDivs fdiv;
+  if (g.fused) {
+    fdiv.cluster = FastDiv(unsigned(g.cluster));
+    fdiv.per_head = FastDiv(unsigned(kLayout == Layout::kKV ? g.items_per_head : g.warps_per_head));
+  }
   return with_io(p, [&](auto io) {
     using IO = decltype(io);
     auto go = [&](auto fused_tag) {
@@ -2111,7 +2161,7 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
             return launch_kernel(&decode_kv_fused_kernel<T, kDk, kW, IO>, blocks,
                                  unsigned(KvTile<T, kDk, kW>::kThreads),
                                  smem_bytes<T, kLayout, kDk, kW>(kW) + fused_smem, stream, pdl, g.cluster, p,
-                                 g.items_per_head, g.items_per_warp, by_hv, scale, g.group_heads, g.cluster);
+                                 g.items_per_head, g.items_per_warp, by_hv, scale, g.group_heads, g.cluster, fdiv);
           else
             return launch_kernel(&decode_kv_step_kernel<T, kDk, kW, IO>, blocks,
                                  unsigned(KvTile<T, kDk, kW>::kThreads), kv_step_smem_bytes<T, kDk, kW>(),
@@ -2131,7 +2181,7 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
                              unsigned(g.warps_per_block * kWarp),
                              smem_bytes<T, kLayout, kDk, kP>(g.warps_per_block) + fused_smem, stream, pdl,
                              g.cluster, p, g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map, scale,
-                             g.group_heads, g.warps_per_head, g.cluster, g.small_loads_first);
+                             g.group_heads, g.warps_per_head, g.cluster, g.small_loads_first, fdiv);
       }
     };
     return g.fused ? go(std::true_type{}) : go(std::false_type{});
