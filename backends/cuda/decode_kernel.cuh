@@ -120,8 +120,10 @@
 // copies a warp, they waited for the memory pipeline (bench_fused trace,
 // B = 1 fp32 vk cold: issued 1.3 us into the kernel). The fused vk
 // prologue's loads go first likewise; the fused kv kernel issues its first
-// tile's copies first (64 registers: its prologue's loads then hold no tile
-// addresses live; start_fused_loads). A programmatic launch issues the
+// tile's copies before them in one-block groups (64 registers: the
+// prologue then holds no tile addresses live) and after them in clusters
+// (its loads then do not wait in DRAM behind the grid's state reads;
+// start_fused_loads). A programmatic launch issues the
 // state's first.
 //
 // Instructions per warp
