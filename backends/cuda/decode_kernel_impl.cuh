@@ -431,6 +431,22 @@ __device__ __forceinline__ void fused_arrive(const DecodeParams& p, const Group&
   cluster_arrive_relaxed();  // old conv windows read, outputs' mbarrier ready
 }
 
+// What a block's group prologue covers, in the order of its list: own = its
+// output columns, qk = the q and k conv channels (2 Dk with the conv on),
+// conv = those and the own v channels, z = silu(z) of the own columns, w =
+// norm_weight (Dv); all = the longest of the three lists.
+struct PrologueSizes {
+  int own, qk, conv, z, w, all;
+  __device__ __forceinline__ PrologueSizes(const DecodeParams& p, const Group& grp) {
+    own = grp.hi - grp.lo;
+    qk = p.conv_width > 0 ? 2 * p.head_dim_k : 0;
+    conv = p.conv_width > 0 ? qk + own : 0;
+    z = p.norm_weight != nullptr ? own : 0;
+    w = p.norm_weight != nullptr ? p.head_dim_v : 0;
+    all = max(conv, max(z, w));
+  }
+};
+
 // N (2 or 4) consecutive elements of E stored at ptr: one vector store when
 // the address allows it, else element by element (same values either way).
 template <typename E, int N>
@@ -472,11 +488,9 @@ __device__ __forceinline__ void fused_prologue_runs(const DecodeParams& p, const
   constexpr int kTaps = kW > 0 ? kW - 1 : 1;  // old inputs a channel keeps
   const int Dk = p.head_dim_k, Dv = p.head_dim_v, G = grp.G;
   const int nthreads = int(blockDim.x), tid = int(threadIdx.x);
-  const int n_own = grp.hi - grp.lo;
-  const int n_qk = kW > 0 ? 2 * Dk : 0;
-  const int n_conv = kW > 0 ? n_qk + n_own : 0;
-  const int n_z = p.norm_weight != nullptr ? n_own : 0;
-  const int n_w = p.norm_weight != nullptr ? Dv : 0;
+  const PrologueSizes ps(p, grp);
+  // the conv's counts again from kW (= the conv width), known at compile time
+  const int n_qk = kW > 0 ? ps.qk : 0, n_conv = kW > 0 ? ps.conv : 0, n_z = ps.z, n_w = ps.w;
   const int n_runs = max(n_conv, max(n_z, n_w)) / kRun;
   // The gates of the G heads: the block's last G threads, whose runs (if
   // any) come last, so their gate arithmetic is off the conv's path.
@@ -633,12 +647,8 @@ __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Grou
   constexpr int kPer = 2;
   const int Dk = p.head_dim_k, Dv = p.head_dim_v, G = grp.G, W = p.conv_width;
   const int nthreads = int(blockDim.x), tid = int(threadIdx.x);
-  const int n_own = grp.hi - grp.lo;
-  const int n_qk = W > 0 ? 2 * Dk : 0;
-  const int n_conv = W > 0 ? n_qk + n_own : 0;
-  const int n_z = p.norm_weight != nullptr ? n_own : 0;
-  const int n_w = p.norm_weight != nullptr ? Dv : 0;
-  const int n = max(n_conv, max(n_z, n_w));
+  const PrologueSizes ps(p, grp);
+  const int n_own = ps.own, n_qk = ps.qk, n_conv = ps.conv, n_z = ps.z, n_w = ps.w, n = ps.all;
   // The common layout by runs of kRun channels (fused_prologue_runs): conv
   // state [slot, conv_dim, W-1], q/k and the own columns (one head) whole
   // runs, the input dtypes uniform (MixedIO, the rare case, keeps the
