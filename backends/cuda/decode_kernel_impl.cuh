@@ -1417,6 +1417,15 @@ struct KvRegTile {
   // consecutive threads 16 bytes apart (no bank conflicts).
   static __device__ __forceinline__ int slot(int stage, int n, int tid) { return (stage * kRows + n) * kThreads + tid; }
 
+  // The thread's chunks of the tile in ring stage `stage`, once its copies
+  // of it have landed (at most kPending later groups still in flight).
+  template <int kPending>
+  static __device__ __forceinline__ void fetch(const V* ring, int stage, V (&s)[kRows]) {
+    async_wait<kPending>();
+#pragma unroll
+    for (int n = 0; n < kRows; ++n) s[n] = ring[slot(stage, n, int(threadIdx.x))];
+  }
+
   template <typename Emit>
   static __device__ __forceinline__ void reduce(const V (&s)[kRows], const float (&qr)[kRows],
                                                 const float (&kr)[kRows], float vj, float decay, float beta,
@@ -1671,11 +1680,9 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     issue_tile(t + kKvStages - 1, stage == 0 ? kKvStages - 1 : stage - 1);
     VLoad v_next;
     if (has_next) load_v(t + 1, v_next);
-    async_wait<kKvStages - 1>();  // this thread's chunks of tile t have landed
-    GDN_MARK(5);
     V s[kRows];
-#pragma unroll
-    for (int n = 0; n < kRows; ++n) s[n] = ring[R::slot(stage, n, tid)];
+    R::template fetch<kKvStages - 1>(ring, stage, s);  // this thread's chunks of tile t
+    GDN_MARK(5);
     const int jt = cur.tile * kCols;
     R::reduce(s, qr, kr, vj, decay, beta, kq, scale, part, dl,
               [&](int col, float o_val) {
@@ -1827,11 +1834,9 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     issue_tile(t + kStagesHere - 1, stage == 0 ? kStagesHere - 1 : stage - 1);
     IoRun<IO, 1> v_next;
     if (has_next) load_v(t + 1, v_next);
-    async_wait<kStagesHere - 1>();  // this thread's chunks of tile t have landed
-    GDN_MARK(5);
     V s[kRows];
-#pragma unroll
-    for (int n = 0; n < kRows; ++n) s[n] = ring[R::slot(stage, n, tid)];
+    R::template fetch<kStagesHere - 1>(ring, stage, s);  // this thread's chunks of tile t
+    GDN_MARK(5);
     const int jt = t * kCols;
     R::reduce(s, qr, kr, vj, gates.decay, gates.beta, kq, scale, part, dl,
               [&](int col, float o_val) {
