@@ -363,10 +363,14 @@ __global__ void copy_kernel_traced(const uint4* __restrict__ src, uint4* __restr
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
   if (threadIdx.x == 0) trace[size_t(blockIdx.x) * kTraceWords + 15] = t;
 }
-void trace_calls(const Shape& s, bool copy) {
+// tail: also the times (since the call's first block start) by which 50%,
+// 90% and 99% of the call's blocks had ended, medians over the calls: a
+// large step from the 90% time to the span is a last wave running short of
+// blocks. Up to max_blocks blocks a call.
+void trace_calls(const Shape& s, bool copy, bool tail = false, size_t max_blocks = 8192) {
   FusedBed fb(s);
   const int n = fb.bed.calls();
-  const size_t per_call = size_t(8192) * kTraceWords;  // words: up to 8192 blocks a call
+  const size_t per_call = max_blocks * kTraceWords;  // words: up to max_blocks blocks a call
   unsigned long long* buf = nullptr;
   GDN_BENCH_CHECK(cudaMalloc(&buf, n * per_call * 8));
   int sms = 0;
@@ -394,13 +398,30 @@ void trace_calls(const Shape& s, bool copy) {
   GDN_BENCH_CHECK(cudaMemcpy(h.data(), buf, h.size() * 8, cudaMemcpyDeviceToHost));
   cudaFree(buf);
   std::vector<double> first(n, 1e30), last(n, 0), span, gap;
+  std::vector<std::vector<double>> ends(n);
   for (int i = 0; i < n; ++i)
-    for (size_t blk = 0; blk < 8192; ++blk) {
+    for (size_t blk = 0; blk < max_blocks; ++blk) {
       const unsigned long long* t = &h[i * per_call + blk * kTraceWords];
       if (t[14] == 0) continue;
       first[i] = std::min(first[i], double(t[14]));
       last[i] = std::max(last[i], double(t[15]));
+      ends[i].push_back(double(t[15]));
     }
+  if (tail) {
+    const double qs[3] = {0.5, 0.9, 0.99};
+    std::vector<double> at[3];
+    size_t blocks = 0;
+    for (int i = 0; i < n; ++i) {
+      if (ends[i].empty()) continue;
+      std::sort(ends[i].begin(), ends[i].end());
+      blocks = ends[i].size();
+      for (int k = 0; k < 3; ++k) at[k].push_back(ends[i][size_t(qs[k] * double(ends[i].size() - 1))] - first[i]);
+    }
+    for (auto& v : at) std::sort(v.begin(), v.end());
+    std::printf("%-16s %-5s tail: %zu blocks, ended by 50%% %7.0f ns, 90%% %7.0f, 99%% %7.0f; ", label(s).c_str(),
+                copy ? "copy" : "step", blocks, at[0][at[0].size() / 2], at[1][at[1].size() / 2],
+                at[2][at[2].size() / 2]);
+  }
   for (int i = 0; i < n; ++i) {
     span.push_back(last[i] - first[i]);
     if (i + 1 < n) gap.push_back(first[i + 1] - last[i]);
@@ -422,6 +443,16 @@ int main(int argc, char** argv) {
     int khz = 0;
     cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
     const double ghz = khz > 0 ? khz * 1e-6 : 1.98;
+    if (argc > 2 && std::string(argv[2]) == "tail") {
+      // Mid and large B: how the calls end (trace_calls' tail).
+      for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
+        for (int64_t B : {32, 128}) {
+          trace_calls(Shape{B, 16, 32, 128, t, gdn::Layout::kVK, false}, true, true, 32768);
+          trace_calls(Shape{B, 16, 32, 128, t, gdn::Layout::kVK, false}, false, true, 32768);
+          trace_calls(Shape{B, 16, 32, 128, t, gdn::Layout::kKV, false}, false, true, 32768);
+        }
+      return 0;
+    }
     param_probe_run(ghz);
     std::printf("trace (ns since the block's entry, median/max over blocks; SM clock %.2f GHz)\n", ghz);
     for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})

@@ -40,6 +40,173 @@ std::vector<Variant> variants() {
   };
 }
 
+// "skeleton": the kv step's memory traffic alone (a diagnostic). Tiles of
+// 128 rows x 128-byte row segments (the kv tile of 8 warps: 16 KiB), thread
+// t copying chunk t % 8 of rows t / 8 + 32 n with cp.async into a ring of
+// kStages stages, reading them back once landed and storing them in place;
+// kBarriers block barriers a tile stand in for the reduction's. Or, with
+// `contiguous`, 16 KiB runs of memory of the same count instead of tiles.
+// Orders of the tiles a block streams (`order`): 0 tiles_per_block
+// consecutive tiles a block, as the step kernel's grid; 1 persistent, the
+// block's tiles k, k + grid, ... (the copy kernel's grid stride); 2
+// persistent, whole heads k, k + grid, .... Tells how much of the step's
+// distance to the copy floor is its memory pattern rather than its arithmetic.
+template <int kStages, int kBarriers>
+__global__ void __launch_bounds__(256, 4)
+    skeleton_kernel(char* state, int tiles_total, int tph_log2, int row_bytes, int tiles_per_block, int order,
+                    bool contiguous) {
+  extern __shared__ uint4 ring[];
+  const int tid = int(threadIdx.x), chunk = tid % 8, rg = tid / 8;
+  const int tph = 1 << tph_log2, grid = int(gridDim.x), k = int(blockIdx.x);
+  // the block's i-th tile, or -1 past its last
+  auto tile_of = [&](int i) -> int {
+    if (order == 0) return i < tiles_per_block && k * tiles_per_block + i < tiles_total ? k * tiles_per_block + i : -1;
+    if (order == 1) return k + i * grid < tiles_total ? k + i * grid : -1;
+    const int gt = (k + (i >> tph_log2) * grid) * tph + (i & (tph - 1));
+    return gt < tiles_total ? gt : -1;
+  };
+  auto addr = [&](int gt, int n) {
+    if (contiguous) return state + int64_t(gt) * 16384 + (n * 256 + tid) * 16;
+    const int64_t head = gt >> tph_log2, tile = gt & (tph - 1);
+    return state + head * 128 * row_bytes + tile * 128 + int64_t(rg + 32 * n) * row_bytes + chunk * 16;
+  };
+  auto issue = [&](int gt, int stage) {
+    if (gt >= 0) {
+#pragma unroll
+      for (int n = 0; n < 4; ++n) gdn::cuda::copy16_async(&ring[(stage * 4 + n) * 256 + tid], addr(gt, n), true);
+    }
+    gdn::cuda::async_commit();
+  };
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) issue(tile_of(st), st);
+  int stage = 0;
+  for (int i = 0;; ++i) {
+    const int gt = tile_of(i);
+    if (gt < 0) break;
+    issue(tile_of(i + kStages - 1), stage == 0 ? kStages - 1 : stage - 1);
+    gdn::cuda::async_wait<kStages - 1>();
+    uint4 x[4];
+#pragma unroll
+    for (int n = 0; n < 4; ++n) x[n] = ring[(stage * 4 + n) * 256 + tid];
+#pragma unroll
+    for (int b = 0; b < kBarriers; ++b) __syncthreads();
+#pragma unroll
+    for (int n = 0; n < 4; ++n) *reinterpret_cast<uint4*>(addr(gt, n)) = x[n];
+    stage = stage + 1 == kStages ? 0 : stage + 1;
+  }
+}
+
+template <int kStages, int kBarriers>
+void skeleton_run(Bed& bed, int sms, int order, bool contiguous, int tiles_per_block, int blocks_per_sm,
+                  double copy) {
+  const int row_bytes = bed.s.d * int(gdn::dtype_size(bed.s.state));
+  const int tph = row_bytes / 128;
+  int tph_log2 = 0;
+  while ((1 << tph_log2) < tph) ++tph_log2;
+  const int tiles_total = int(bed.s.B * bed.s.hv) * tph;
+  const size_t smem = size_t(kStages) * 4 * 256 * 16;
+  GDN_BENCH_CHECK(cudaFuncSetAttribute(&skeleton_kernel<kStages, kBarriers>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const int blocks = order == 0   ? (tiles_total + tiles_per_block - 1) / tiles_per_block
+                     : order == 1 ? std::min(tiles_total, sms * blocks_per_sm)
+                                  : std::min(tiles_total / tph, sms * blocks_per_sm);
+  const int n = bed.calls();
+  cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
+    skeleton_kernel<kStages, kBarriers><<<blocks, 256, smem, bed.stream>>>(
+        static_cast<char*>(cur.state), tiles_total, tph_log2, row_bytes, tiles_per_block, order, contiguous);
+  });
+  const double us = bed.time_graph(g, n);
+  cudaGraphExecDestroy(g);
+  static const char* names[3] = {"per-block", "stride-tile", "stride-head"};
+  std::printf("%-6s %4lld %-11s %-5s stages %d barriers %d tiles/block %2d blocks %6d %9.2f %9.2f %7.3f\n",
+              gdn::to_string(bed.s.state), (long long)bed.s.B, names[order], contiguous ? "runs" : "tiles", kStages,
+              kBarriers, order == 0 ? tiles_per_block : 0, blocks, us, copy, us / copy);
+}
+
+// "skeleton2": one unit a block (kThreads x 64 bytes: 16 KiB at 256
+// threads, 8 KiB at 128), as a tile of kThreads / 32 16-byte chunks of each
+// of 128 rows or as a contiguous run; loaded with cp.async through shared
+// memory (kLdg false) or straight into registers (kLdg true), two block
+// barriers, stored in place.
+template <int kThreads, bool kLdg>
+__global__ void __launch_bounds__(kThreads) skeleton2_kernel(char* state, int row_bytes, bool contiguous) {
+  __shared__ uint4 ring[4 * kThreads];
+  constexpr int kW = kThreads / 32;
+  const int tid = int(threadIdx.x), chunk = tid % kW, rg = tid / kW;
+  const int tph = row_bytes / (kW * 16);
+  const int gt = int(blockIdx.x);
+  auto addr = [&](int n) {
+    if (contiguous) return state + int64_t(gt) * (kThreads * 64) + (n * kThreads + tid) * 16;
+    const int64_t head = gt / tph, tile = gt - head * tph;
+    return state + head * 128 * row_bytes + tile * (kW * 16) + int64_t(rg + 32 * n) * row_bytes + chunk * 16;
+  };
+  uint4 x[4];
+  if (kLdg) {
+#pragma unroll
+    for (int n = 0; n < 4; ++n) x[n] = *reinterpret_cast<const uint4*>(addr(n));
+  } else {
+#pragma unroll
+    for (int n = 0; n < 4; ++n) gdn::cuda::copy16_async(&ring[n * kThreads + tid], addr(n), true);
+    gdn::cuda::async_commit();
+    gdn::cuda::async_wait<0>();
+#pragma unroll
+    for (int n = 0; n < 4; ++n) x[n] = ring[n * kThreads + tid];
+  }
+  __syncthreads();
+  __syncthreads();
+#pragma unroll
+  for (int n = 0; n < 4; ++n) *reinterpret_cast<uint4*>(addr(n)) = x[n];
+}
+
+template <int kThreads, bool kLdg>
+void skeleton2_run(Bed& bed, bool contiguous, double copy) {
+  const int row_bytes = bed.s.d * int(gdn::dtype_size(bed.s.state));
+  const int blocks = int(bed.state_bytes / (kThreads * 64));
+  const int n = bed.calls();
+  cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
+    skeleton2_kernel<kThreads, kLdg><<<blocks, kThreads, 0, bed.stream>>>(static_cast<char*>(cur.state), row_bytes,
+                                                                          contiguous);
+  });
+  const double us = bed.time_graph(g, n);
+  cudaGraphExecDestroy(g);
+  std::printf("%-6s %4lld %-5s %-5s threads %3d blocks %6d %9.2f %9.2f %7.3f\n", gdn::to_string(bed.s.state),
+              (long long)bed.s.B, contiguous ? "runs" : "tiles", kLdg ? "ldg" : "async", kThreads, blocks, us, copy,
+              us / copy);
+}
+
+void sweep_skeleton2() {
+  for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
+    for (int64_t B : {8, 32, 128, 512}) {
+      Bed bed(Shape{B, 16, 32, 128, t, Layout::kKV, false});
+      const double copy = bed.copy_floor_us();
+      for (bool runs : {false, true}) {
+        skeleton2_run<256, false>(bed, runs, copy);
+        skeleton2_run<256, true>(bed, runs, copy);
+        skeleton2_run<128, false>(bed, runs, copy);
+        skeleton2_run<128, true>(bed, runs, copy);
+      }
+    }
+}
+
+void sweep_skeleton(int sms) {
+  std::printf("%-6s %4s %-11s %s\n", "state", "B", "order", "... us copy ratio");
+  for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
+    for (int64_t B : {8, 32, 128, 512}) {
+      Bed bed(Shape{B, 16, 32, 128, t, Layout::kKV, false});
+      const double copy = bed.copy_floor_us();
+      const int tph = t == gdn::DType::kF32 ? 4 : 2;
+      for (bool runs : {false, true}) {
+        skeleton_run<3, 2>(bed, sms, 0, runs, 1, 4, copy);
+        skeleton_run<3, 2>(bed, sms, 0, runs, 2, 4, copy);
+        if (tph == 4) skeleton_run<3, 2>(bed, sms, 0, runs, 4, 4, copy);
+        skeleton_run<3, 2>(bed, sms, 1, runs, 0, 4, copy);
+        skeleton_run<3, 2>(bed, sms, 2, runs, 0, 4, copy);
+      }
+      skeleton_run<2, 2>(bed, sms, 1, false, 0, 4, copy);
+      skeleton_run<4, 2>(bed, sms, 1, false, 0, 3, copy);
+    }
+}
+
 }  // namespace
 
 // Items a warp may stream (upper bound handed to the planner).
@@ -102,7 +269,8 @@ void sweep_items_per_warp(int sms) {
 }
 
 // Optional arguments: "vk" or "kv" sweeps that layout only ("blocks": the vk
-// block size at small B; "ipw": vk items a warp, forced); a second one keeps
+// block size at small B; "ipw": vk items a warp, forced; "skeleton" and
+// "skeleton2": the kv step's memory traffic alone); a second one keeps
 // the variants whose name has it. (A kv variant runs the planner's choice,
 // which takes 4-warp tiles in one-round grids: "kv W=8" at B = 1 is 4 warps.)
 int main(int argc, char** argv) {
@@ -117,6 +285,14 @@ int main(int argc, char** argv) {
     std::printf("%-6s %-5s %4s %-8s %4s %9s %9s %7s\n", "state", "lay", "B", "variant", "ipw", "us", "copy", "ratio");
     sweep_block_size<float>(sms);
     sweep_block_size<__nv_bfloat16>(sms);
+    return 0;
+  }
+  if (only == "skeleton2") {
+    sweep_skeleton2();
+    return 0;
+  }
+  if (only == "skeleton") {
+    sweep_skeleton(sms);
     return 0;
   }
   if (only == "ipw") {
