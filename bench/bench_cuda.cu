@@ -112,11 +112,12 @@ void register_all() {
       const Shape tp{B, 4, 8, 128, t, gdn::Layout::kVK, false};
       benchmark::RegisterBenchmark(("fused/" + label(tp)).c_str(), BM_Fused, tp)
           ->UseManualTime()->Iterations(1)->Unit(benchmark::kMicrosecond);
-      for (bool shared : {false, true}) {
-        const Shape ix{B, 16, 32, 128, t, gdn::Layout::kVK, true, shared};
-        benchmark::RegisterBenchmark(("fused/" + label(ix)).c_str(), BM_Fused, ix)
-            ->UseManualTime()->Iterations(1)->Unit(benchmark::kMicrosecond);
-      }
+      for (gdn::Layout l : layouts)
+        for (bool shared : {false, true}) {
+          const Shape ix{B, 16, 32, 128, t, l, true, shared};
+          benchmark::RegisterBenchmark(("fused/" + label(ix)).c_str(), BM_Fused, ix)
+              ->UseManualTime()->Iterations(1)->Unit(benchmark::kMicrosecond);
+        }
     }
   // The unfused baseline at the main shape.
   for (gdn::DType t : states)
