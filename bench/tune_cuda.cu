@@ -4,6 +4,8 @@
 // how many items a warp streams through (kv: tiles a block streams through).
 // Prints one line per (shape, variant) with the ratio to the copy floor; the
 // choices the library ships and the measured reason are in bench/RESULTS.md.
+// Also diagnostics of the memory traffic alone (the "skeleton" modes, below
+// and RESULTS round 8).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -188,6 +190,100 @@ void sweep_skeleton2() {
     }
 }
 
+// "skeleton3" (sm_90): the same units loaded by the bulk-copy unit (TMA,
+// cp.async.bulk) into shared memory, counted on an mbarrier, instead of by
+// the threads: a 16 KiB run in one copy, or a tile as 128 copies of one
+// 128-byte row segment (thread r < 128 copies row r). Then every thread
+// reads its 4 chunks, two block barriers, and stores them in place.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) skeleton3_kernel(char* state, int row_bytes, bool contiguous) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __shared__ alignas(128) uint4 buf[4 * kThreads];
+  __shared__ alignas(8) unsigned long long bar;
+  constexpr int kW = kThreads / 32;
+  const int tid = int(threadIdx.x), chunk = tid % kW, rg = tid / kW;
+  const int tph = row_bytes / (kW * 16);
+  const int gt = int(blockIdx.x);
+  const unsigned bar_s = static_cast<unsigned>(__cvta_generic_to_shared(&bar));
+  const unsigned buf_s = static_cast<unsigned>(__cvta_generic_to_shared(buf));
+  constexpr unsigned kBytes = kThreads * 64;
+  if (tid == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar_s) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_s), "r"(kBytes) : "memory");
+  }
+  __syncthreads();
+  const int64_t head = gt / tph, tile = gt - head * tph;
+  const char* tile_base = state + head * 128 * row_bytes + tile * (kW * 16);
+  if (contiguous) {
+    if (tid == 0)
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                       buf_s),
+                   "l"(state + int64_t(gt) * kBytes), "r"(kBytes), "r"(bar_s)
+                   : "memory");
+  } else if (tid < 128) {
+    // row tid of the tile: kW * 16 bytes into buf at [row][kW chunks]
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     buf_s + unsigned(tid * kW * 16)),
+                 "l"(tile_base + int64_t(tid) * row_bytes), "r"(unsigned(kW * 16)), "r"(bar_s)
+                 : "memory");
+  }
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(bar_s), "r"(0u)
+        : "memory");
+  } while (!done);
+  uint4 x[4];
+  char* dst[4];
+#pragma unroll
+  for (int n = 0; n < 4; ++n) {
+    if (contiguous) {
+      x[n] = buf[n * kThreads + tid];
+      dst[n] = state + int64_t(gt) * kBytes + (n * kThreads + tid) * 16;
+    } else {
+      const int row = rg + 32 * n;
+      x[n] = buf[row * kW + chunk];
+      dst[n] = const_cast<char*>(tile_base) + int64_t(row) * row_bytes + chunk * 16;
+    }
+  }
+  __syncthreads();
+  __syncthreads();
+#pragma unroll
+  for (int n = 0; n < 4; ++n) *reinterpret_cast<uint4*>(dst[n]) = x[n];
+#endif
+}
+
+template <int kThreads>
+void skeleton3_run(Bed& bed, bool contiguous, double copy) {
+  const int row_bytes = bed.s.d * int(gdn::dtype_size(bed.s.state));
+  const int blocks = int(bed.state_bytes / (kThreads * 64));
+  const int n = bed.calls();
+  cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
+    skeleton3_kernel<kThreads><<<blocks, kThreads, 0, bed.stream>>>(static_cast<char*>(cur.state), row_bytes,
+                                                                     contiguous);
+  });
+  const double us = bed.time_graph(g, n);
+  cudaGraphExecDestroy(g);
+  std::printf("%-6s %4lld %-5s %-5s threads %3d blocks %6d %9.2f %9.2f %7.3f\n", gdn::to_string(bed.s.state),
+              (long long)bed.s.B, contiguous ? "runs" : "tiles", "bulk", kThreads, blocks, us, copy, us / copy);
+}
+
+void sweep_skeleton3() {
+  for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
+    for (int64_t B : {1, 8, 32, 128, 512}) {
+      Bed bed(Shape{B, 16, 32, 128, t, Layout::kKV, false});
+      const double copy = bed.copy_floor_us();
+      for (bool runs : {false, true}) {
+        skeleton3_run<256>(bed, runs, copy);
+        skeleton2_run<256, false>(bed, runs, copy);
+      }
+      skeleton3_run<128>(bed, true, copy);
+    }
+}
+
 void sweep_skeleton(int sms) {
   std::printf("%-6s %4s %-11s %s\n", "state", "B", "order", "... us copy ratio");
   for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
@@ -269,10 +365,11 @@ void sweep_items_per_warp(int sms) {
 }
 
 // Optional arguments: "vk" or "kv" sweeps that layout only ("blocks": the vk
-// block size at small B; "ipw": vk items a warp, forced; "skeleton" and
-// "skeleton2": the kv step's memory traffic alone); a second one keeps
-// the variants whose name has it. (A kv variant runs the planner's choice,
-// which takes 4-warp tiles in one-round grids: "kv W=8" at B = 1 is 4 warps.)
+// block size at small B; "ipw": vk items a warp, forced; "skeleton",
+// "skeleton2" and "skeleton3": the kv step's memory traffic alone); a
+// second one keeps the variants whose name has it. (A kv variant runs the
+// planner's choice, which takes 4-warp tiles in one-round grids: "kv W=8"
+// at B = 1 is 4 warps.)
 int main(int argc, char** argv) {
   const std::string only = argc > 1 ? argv[1] : "";
   const std::string variant = argc > 2 ? argv[2] : "";  // e.g. "W=8": variants whose name contains it
@@ -285,6 +382,10 @@ int main(int argc, char** argv) {
     std::printf("%-6s %-5s %4s %-8s %4s %9s %9s %7s\n", "state", "lay", "B", "variant", "ipw", "us", "copy", "ratio");
     sweep_block_size<float>(sms);
     sweep_block_size<__nv_bfloat16>(sms);
+    return 0;
+  }
+  if (only == "skeleton3") {
+    sweep_skeleton3();
     return 0;
   }
   if (only == "skeleton2") {

@@ -500,8 +500,9 @@ __device__ __forceinline__ void fused_prologue_runs(const DecodeParams& p, const
     using E = decltype(tag);
     using Run = RawRun<E, kRun>;
     const E* x = static_cast<const E*>(p.x) + grp.b * p.x_batch_stride;
-    const E* wt = static_cast<const E*>(p.conv_weight);
-    const E* bias = static_cast<const E*>(p.conv_bias);
+    // (unused where kW = 0: the norm-only prologue)
+    [[maybe_unused]] const E* wt = static_cast<const E*>(p.conv_weight);
+    [[maybe_unused]] const E* bias = static_cast<const E*>(p.conv_bias);
     E* cs = static_cast<E*>(p.conv_state);
     const E* cs_in = cs + slots.s_in * p.conv_state_slot_stride;
     E* cs_out = cs + slots.s_out * p.conv_state_slot_stride;
