@@ -272,6 +272,12 @@ void skeleton3_run(Bed& bed, bool contiguous, double copy) {
 }
 
 void sweep_skeleton3() {
+  int major = 0;
+  GDN_BENCH_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  if (major < 9) {
+    std::printf("tune_cuda skeleton3: the bulk-copy unit needs sm_90\n");
+    return;
+  }
   for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
     for (int64_t B : {1, 8, 32, 128, 512}) {
       Bed bed(Shape{B, 16, 32, 128, t, Layout::kKV, false});
