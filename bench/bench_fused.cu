@@ -418,6 +418,10 @@ void trace_calls(const Shape& s, bool copy, bool tail = false, size_t max_blocks
       for (int k = 0; k < 3; ++k) at[k].push_back(ends[i][size_t(qs[k] * double(ends[i].size() - 1))] - first[i]);
     }
     for (auto& v : at) std::sort(v.begin(), v.end());
+    if (at[0].empty()) {
+      std::printf("%-16s %-5s tail: no blocks traced\n", label(s).c_str(), copy ? "copy" : "step");
+      return;
+    }
     std::printf("%-16s %-5s tail: %zu blocks, ended by 50%% %7.0f ns, 90%% %7.0f, 99%% %7.0f; ", label(s).c_str(),
                 copy ? "copy" : "step", blocks, at[0][at[0].size() / 2], at[1][at[1].size() / 2],
                 at[2][at[2].size() / 2]);
