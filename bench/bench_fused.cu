@@ -457,6 +457,18 @@ int main(int argc, char** argv) {
         }
       return 0;
     }
+    if (argc > 2 && std::string(argv[2]) == "mid") {
+      // B = 8 and 64: the step alone against the fused middle, phase by phase.
+      std::printf("trace (ns since the block's entry, median/max over blocks; SM clock %.2f GHz)\n", ghz);
+      for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
+        for (gdn::Layout l : {gdn::Layout::kVK, gdn::Layout::kKV})
+          for (int64_t B : {8, 64}) {
+            const Shape s{B, 16, 32, 128, t, l, false};
+            trace_one(s, false, false, ghz);
+            trace_one(s, true, true, ghz);
+          }
+      return 0;
+    }
     param_probe_run(ghz);
     std::printf("trace (ns since the block's entry, median/max over blocks; SM clock %.2f GHz)\n", ghz);
     for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
