@@ -219,7 +219,9 @@ void BM_Pdl(benchmark::State& st, Shape shape) {
 // the small loads issued, 10 the state's; 13 the fused kernels past their
 // cluster arrival (after mark 2), 16 their q/k read back before the l2norm,
 // 17 their first item's or tile's reduction done, 18 the norm's rstd formed
-// (after its barrier). Slots 14 and 15 hold the global timer.
+// (after its barrier), 19 the fused prologue entered, 20 its runs form
+// entered, 21 a thread's first run about to load (9 once it has). Slots 14
+// and 15 hold the global timer.
 // How long a kernel waits for its parameters when they are cold: thread 0
 // reads one word from each 64-byte line of a 448-byte parameter block in
 // turn (each read a dependency of the next clock read), after 256 MiB of
@@ -228,7 +230,7 @@ void BM_Pdl(benchmark::State& st, Shape shape) {
 // Words a block's trace takes (decode_kernel_impl.cuh, trace_mark), and the
 // marks printed (0 .. kTraceMarks - 1, slots 14 and 15 being timers).
 constexpr size_t kTraceWords = 32;
-constexpr int kTraceMarks = 19;
+constexpr int kTraceMarks = 22;
 struct ParamBlock {
   unsigned long long w[56];
 };

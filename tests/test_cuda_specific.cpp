@@ -298,8 +298,8 @@ TEST_F(CudaOnly, PoolBeyond32BitOffsets) {
 }
 
 // Inputs that are element-aligned but not 16-byte aligned are handled (q, k,
-// v, o move as scalars); a state that is not 16-byte aligned is refused with
-// a message, and nothing is written.
+// v, o, x and z move as scalars); a state that is not 16-byte aligned is
+// refused with a message, and nothing is written.
 TEST_F(CudaOnly, UnalignedInputsHandledUnalignedStateRefused) {
   CaseSpec spec;
   spec.name = "unaligned";
@@ -310,7 +310,22 @@ TEST_F(CudaOnly, UnalignedInputsHandledUnalignedStateRefused) {
   spec.qkv = spec.ab = spec.out = gdn::DType::kBF16;
   spec.pad_head = 1;  // every head starts at an odd element: 2-byte aligned only
   spec.pad_batch = 3;
-  run_and_check(spec, gdn::Backend::kCuda);
+  // Both layouts (vk's q/k rows then take the MixedIO kernels, whose loads
+  // test each address), the norm alone (q/k rows so too, z rows odd), and
+  // the fused middle (x and z rows odd: the prologue's channel-by-channel
+  // form instead of its vector runs).
+  for (gdn::Layout layout : {gdn::Layout::kVK, gdn::Layout::kKV}) {
+    spec.layout = layout;
+    run_and_check(spec, gdn::Backend::kCuda);
+    CaseSpec norm = spec;
+    norm.norm = true;
+    run_and_check(norm, gdn::Backend::kCuda);
+    CaseSpec fused = norm;
+    fused.conv_width = 4;
+    fused.conv_bias = true;
+    run_and_check(fused, gdn::Backend::kCuda);
+  }
+  spec.layout = gdn::Layout::kVK;
 
   spec.pad_head = 0;
   spec.pad_batch = 0;

@@ -262,19 +262,30 @@ struct Group {
   int64_t b;
   int hk, G, rank, size, lo, hi, g_lo, j_lo;
   FastDiv by_size;
+  bool vector_runs;  // FusedArgs::vector_runs
   // m mod size (the q/k conv channels' share of block rank: m mod size == rank)
   __device__ __forceinline__ int share(int m) const { return m - int(by_size.div(unsigned(m))) * size; }
   // the block's columns all in member g_lo (every cluster geometry of Qwen3.5)
   __device__ __forceinline__ bool one_head(int Dv) const { return j_lo + (hi - lo) <= Dv; }
 };
 
-// The fused kernels' divisors, prepared by the launch so that a block's
-// coordinates take no integer division (each one, on the chain before the
-// first load, was ~25 instructions): the cluster size and the warps (vk) or
-// tiles (kv) of a head.
-struct FusedDivs {
+// What the launch prepares for the fused kernels: divisors, so that a
+// block's coordinates take no integer division (each one, on the chain
+// before the first load, was ~25 instructions): the cluster size and the
+// warps (vk) or tiles (kv) of a head; and vector_runs: the pointers and
+// strides the prologue's runs load from are multiples of a run's vector
+// word (prologue_pointers_aligned; the block's own offset is the kernel's
+// part, prologue_runs_aligned).
+struct FusedArgs {
   FastDiv cluster, per_head;
+  bool vector_runs{false};
 };
+// Channels a thread's prologue run takes (fused_prologue_runs' kRun): 4 in
+// the vk kernel, 2 in the kv kernel (64 registers).
+template <Layout kLayout>
+constexpr int prologue_run() {
+  return kLayout == Layout::kKV ? 2 : 4;
+}
 
 // Shared memory of the fused stages, after the ring (floats, 16-byte aligned):
 //   bar           (cluster, norm) the mbarrier the group's outputs land on
@@ -486,6 +497,7 @@ template <typename IO, int kW, int kRun, typename Issue>
 __device__ __forceinline__ void fused_prologue_runs(const DecodeParams& p, const Group& grp, const RowSlots& slots,
                                                     const FusedSmem& sm, Issue&& issue_state) {
   constexpr int kTaps = kW > 0 ? kW - 1 : 1;  // old inputs a channel keeps
+  GDN_MARK(20);
   const int Dk = p.head_dim_k, Dv = p.head_dim_v, G = grp.G;
   const int nthreads = int(blockDim.x), tid = int(threadIdx.x);
   const PrologueSizes ps(p, grp);
@@ -524,6 +536,7 @@ __device__ __forceinline__ void fused_prologue_runs(const DecodeParams& p, const
     for (int s = tid; s < n_runs; s += nthreads) {
       // ---- loads, raw: a run past its range reads run 0 instead (a valid
       // address), so no load waits in a branch of its own.
+      GDN_MARK(21);
       const int m = kRun * s;
       Run nw, zv, xc, bv, old[kTaps], wv[kW > 0 ? kW : 1];
       if (n_w > 0) nw.load(nwp + (m < n_w ? m : 0));
@@ -614,6 +627,18 @@ __device__ __forceinline__ void fused_prologue_runs(const DecodeParams& p, const
   GDN_MARK(12);
 }
 
+// Whether every run fused_prologue_runs<IO, W, kRun> loads starts on a
+// multiple of its vector word (RawRun: min(16, kRun elements) bytes): the
+// launch checked the pointers and strides (Group::vector_runs); the offset
+// of the block's first column is the block's own (q/k channels and the runs
+// inside start on multiples of kRun elements, Dk and Dv multiples of 16).
+// (Testing the slot's and rows' addresses here instead cost the fused kv
+// middle 0.15 us at B = 1: its 64-bit products sat before the first load.)
+template <typename IO, int kRun>
+__device__ __forceinline__ bool prologue_runs_aligned(const Group& grp) {
+  return grp.vector_runs && (grp.j_lo * int(sizeof(IO))) % RawRun<IO, kRun>::kBytes == 0;
+}
+
 // The block's share of the group prologue (every thread calls it; a barrier
 // must follow before the shared values are read). Channels: q and k of hk
 // (every block needs them) and v of the block's own columns [lo, hi) only.
@@ -649,6 +674,7 @@ __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Grou
   const int Dk = p.head_dim_k, Dv = p.head_dim_v, G = grp.G, W = p.conv_width;
   const int nthreads = int(blockDim.x), tid = int(threadIdx.x);
   const PrologueSizes ps(p, grp);
+  GDN_MARK(19);
   const int n_own = ps.own, n_qk = ps.qk, n_conv = ps.conv, n_z = ps.z, n_w = ps.w, n = ps.all;
   // The common layout by runs of kRun channels (fused_prologue_runs): conv
   // state [slot, conv_dim, W-1], q/k and the own columns (one head) whole
@@ -658,7 +684,7 @@ __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Grou
   // threads.)
   if constexpr (!std::is_same<IO, MixedIO>::value) {
     if ((W == 0 || (p.conv_state_tap_stride == 1 && p.conv_state_channel_stride == W - 1 && Dk % kRun == 0)) &&
-        n_own % kRun == 0 && Dv % kRun == 0 && grp.one_head(Dv)) {
+        n_own % kRun == 0 && Dv % kRun == 0 && grp.one_head(Dv) && prologue_runs_aligned<IO, kRun>(grp)) {
       switch (W) {
         case 0: fused_prologue_runs<IO, 0, kRun>(p, grp, slots, sm, issue_state); return;
         case 2: fused_prologue_runs<IO, 2, kRun>(p, grp, slots, sm, issue_state); return;
@@ -989,7 +1015,7 @@ __global__ void __launch_bounds__(8 * kWarp,
                                   GDN_VK_RING && !kFused ? (sizeof(T) == 4 ? 1024 : 768) / (8 * kWarp) : 2 / (1 + !GDN_VK_RING))
     decode_kernel(const __grid_constant__ DecodeParams p, int items_per_head, int items_per_warp,
                   FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale, int group_heads,
-                  int warps_per_head, int cluster, bool small_loads_first, FusedDivs fdiv) {
+                  int warps_per_head, int cluster, bool small_loads_first, FusedArgs fdiv) {
   // The vk kernel (kv runs decode_kv_step_kernel or decode_kv_fused_kernel below).
   static_assert(kLayout == Layout::kVK, "kv runs its own kernels");
   constexpr int kColsPerItem = cols_per_item<T, kLayout, kDk, kP>();
@@ -1019,7 +1045,8 @@ __global__ void __launch_bounds__(8 * kWarp,
     const unsigned b32 = by_hv.div(group);
     b = b32;
     hk = int(group - b32 * unsigned(p.num_k_heads));
-    grp = Group{b, hk, group_heads, int(blockIdx.x - group * unsigned(cluster)), cluster, 0, 0, 0, 0, fdiv.cluster};
+    grp = Group{b, hk, group_heads, int(blockIdx.x - group * unsigned(cluster)), cluster, 0, 0, 0, 0, fdiv.cluster,
+                fdiv.vector_runs};
     gw = grp.rank * warps + warp;  // the warp's index in the group
     g = int(fdiv.per_head.div(unsigned(gw)));
     h = group_head(p, hk, g, group_heads);
@@ -1235,7 +1262,7 @@ __global__ void __launch_bounds__(8 * kWarp,
   };
   GDN_MARK(0);
   if constexpr (kFused)
-    start_fused_loads<IO, 4, false>(p, grp, slots, sm, issue_state, issue_small);
+    start_fused_loads<IO, prologue_run<Layout::kVK>(), false>(p, grp, slots, sm, issue_state, issue_small);
   else
     start_step_loads(p, small_loads_first, issue_state, issue_small);
   // ... then the values.
@@ -1533,7 +1560,7 @@ struct KvRegTile {
 template <typename T, int kDk, int kW, typename IO>
 __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) : 1)
     decode_kv_fused_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
-                           FastDiv by_hv, float scale, int group_heads, int cluster, FusedDivs fdiv) {
+                           FastDiv by_hv, float scale, int group_heads, int cluster, FusedArgs fdiv) {
   using R = KvRegTile<T, kDk, kW>;
   using V = Vec<T>;
   constexpr int kVec = R::kVec, kRows = R::kRows, kCols = R::kCols, kThreads = R::kThreads;
@@ -1553,7 +1580,8 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   const unsigned b32 = by_hv.div(group);
   const int64_t b = b32;
   const int hk = int(group - b32 * unsigned(p.num_k_heads));
-  Group grp{b, hk, group_heads, int(blockIdx.x - group * unsigned(cluster)), cluster, 0, 0, 0, 0, fdiv.cluster};
+  Group grp{b,    hk, group_heads, int(blockIdx.x - group * unsigned(cluster)), cluster, 0, 0, 0, 0, fdiv.cluster,
+            fdiv.vector_runs};
   const int blk = grp.rank;
   int t = grp.rank * tiles_per_block;
   const int t_end = min(group_heads * tiles_per_head, t + tiles_per_block);
@@ -1648,7 +1676,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     if (qk_global) load_qk_rows<IO>(p, b, hk, lane, Dk, q_raw, k_raw);
   };
   GDN_MARK(0);
-  start_fused_loads<IO, 2, true>(p, grp, slots, sm, issue_state, issue_small);
+  start_fused_loads<IO, prologue_run<Layout::kKV>(), true>(p, grp, slots, sm, issue_state, issue_small);
   // ... then the values.
   float vj = convert_v(v_first);
   float qh[kRows], kh[kRows];
@@ -1890,11 +1918,42 @@ const void* kernel_of() {
     return reinterpret_cast<const void*>(&decode_kernel<T, kLayout, kDk, kP, IO, kFused>);
 }
 
+// Whether the vk kernel's q and k rows (read from global memory when the
+// conv is off) can move as vector words (RawRun, up to 16 bytes at offsets
+// that are multiples of the vector): pointers and strides in 16-byte steps.
+inline bool qk_rows_aligned(const DecodeParams& p) {
+  if (p.layout != Layout::kVK || p.conv_width > 0) return true;
+  const int64_t es = int64_t(dtype_size(p.qkv_dtype));
+  auto ok = [&](const void* ptr, int64_t batch_stride, int64_t head_stride) {
+    return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (batch_stride * es) % 16 == 0 && (head_stride * es) % 16 == 0;
+  };
+  return ok(p.q, p.q_batch_stride, p.q_head_stride) && ok(p.k, p.k_batch_stride, p.k_head_stride);
+}
+
+// Whether the pointers and strides the fused prologue's runs load from are
+// multiples of `bytes`, a run's vector word (RawRun): the rows of x, the
+// slots of the conv state, the conv weight and bias (conv on); the rows and
+// heads of z and norm_weight (norm on). Channel offsets inside are multiples
+// of the run (the kernel checks the block's first column:
+// prologue_runs_aligned).
+inline bool prologue_pointers_aligned(const DecodeParams& p, int64_t bytes) {
+  const int64_t es = int64_t(dtype_size(p.qkv_dtype));
+  auto ptr = [&](const void* q) { return int64_t(reinterpret_cast<uintptr_t>(q) % uintptr_t(bytes)) == 0; };
+  auto stride = [&](int64_t s) { return (s * es) % bytes == 0; };
+  if (p.conv_width > 0 && !(ptr(p.x) && stride(p.x_batch_stride) && ptr(p.conv_state) &&
+                            stride(p.conv_state_slot_stride) && ptr(p.conv_weight) && ptr(p.conv_bias)))
+    return false;
+  return p.norm_weight == nullptr ||
+         (ptr(p.z) && stride(p.z_batch_stride) && stride(p.z_head_stride) && ptr(p.norm_weight));
+}
+
 // f(IO{}) with the kernel instantiation's IO for p (decode_kernel.cuh,
-// with_dtype): the shared dtype of q/k/v, a/b and o, or MixedIO.
+// with_dtype): the shared dtype of q/k/v, a/b and o, or MixedIO. MixedIO also
+// takes q and k rows that are not 16-byte aligned (its loads test each
+// address; the others assume it: RawRun).
 template <typename F>
 auto with_io(const DecodeParams& p, F&& f) {
-  if (p.qkv_dtype == p.ab_dtype && p.qkv_dtype == p.o_dtype) {
+  if (p.qkv_dtype == p.ab_dtype && p.qkv_dtype == p.o_dtype && qk_rows_aligned(p)) {
     switch (p.qkv_dtype) {
       case DType::kF32: return f(float{});
       case DType::kF16: return f(fp16{});
@@ -2164,13 +2223,15 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
   const FastDiv by_hv(unsigned(g.fused ? p.num_k_heads : p.num_v_heads));
   const FastDiv by_bph(unsigned(g.blocks_per_head));
   // fused: the cluster size and the warps (vk) or tiles (kv) of a head
-  FusedDivs fdiv;
+  FusedArgs fdiv;
   if (g.fused) {
     fdiv.cluster = FastDiv(unsigned(g.cluster));
     fdiv.per_head = FastDiv(unsigned(kLayout == Layout::kKV ? g.items_per_head : g.warps_per_head));
   }
   return with_io(p, [&](auto io) {
     using IO = decltype(io);
+    if constexpr (!std::is_same<IO, MixedIO>::value)
+      fdiv.vector_runs = g.fused && prologue_pointers_aligned(p, RawRun<IO, prologue_run<kLayout>()>::kBytes);
     auto go = [&](auto fused_tag) {
       constexpr bool kFused = decltype(fused_tag)::value;
       if constexpr (kFused)
