@@ -458,20 +458,17 @@ struct PrologueSizes {
   }
 };
 
-// N (2 or 4) consecutive elements of E stored at ptr: one vector store when
-// the address allows it, else element by element (same values either way).
+// N (2 or 4) consecutive elements of E stored at ptr as one vector word.
+// ptr is aligned to it: the runs form stores the conv state's shifted
+// windows, whose pool pointer and slot stride the launch checked
+// (prologue_pointers_aligned), at offsets that are multiples of the run.
 template <typename E, int N>
 __device__ __forceinline__ void store_run(E* ptr, const E (&v)[N]) {
   using W = typename RawWord<N * int(sizeof(E))>::type;
-  if (reinterpret_cast<uintptr_t>(ptr) % sizeof(W) == 0) {
-    W w;
+  W w;
 #pragma unroll
-    for (int i = 0; i < N; ++i) reinterpret_cast<E*>(&w)[i] = v[i];
-    *reinterpret_cast<W*>(ptr) = w;
-  } else {
-#pragma unroll
-    for (int i = 0; i < N; ++i) ptr[i] = v[i];
-  }
+  for (int i = 0; i < N; ++i) reinterpret_cast<E*>(&w)[i] = v[i];
+  *reinterpret_cast<W*>(ptr) = w;
 }
 
 // The group prologue by runs of kRun channels (fused_prologue's common
