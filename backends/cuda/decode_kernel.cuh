@@ -310,8 +310,9 @@ __device__ __forceinline__ void load_run(const E* ptr, float* x) {
 // prologue_runs_aligned, else the channel-by-channel form). A test of each
 // address in here, with an element-by-element fallback, put both paths'
 // instructions on the load chain (two 16-bit loads and a merge beside every
-// vector load): the fused kv middle at B = 1 went 6.05 -> 5.36 us (fp32) and
-// 5.92 -> 5.13 (bf16) without it, fp32 vk 6.22 -> 6.05 (H200, 2026-11-30).
+// vector load): without it the fused middle at B = 1 went 6.03 -> 5.39 us
+// (fp32 kv), 5.85 -> 5.15 (bf16 kv) and 6.23 -> 6.05 (fp32 vk) (H200,
+// 2026-11-30; bench/RESULTS.md, round 9).
 template <int kBytes> struct RawWord { using type = typename Word<kBytes>::type; };
 template <> struct RawWord<2> { using type = unsigned short; };
 template <typename E, int N>

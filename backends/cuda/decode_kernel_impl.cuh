@@ -1577,7 +1577,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   const unsigned b32 = by_hv.div(group);
   const int64_t b = b32;
   const int hk = int(group - b32 * unsigned(p.num_k_heads));
-  Group grp{b,    hk, group_heads, int(blockIdx.x - group * unsigned(cluster)), cluster, 0, 0, 0, 0, fdiv.cluster,
+  Group grp{b, hk, group_heads, int(blockIdx.x - group * unsigned(cluster)), cluster, 0, 0, 0, 0, fdiv.cluster,
             fdiv.vector_runs};
   const int blk = grp.rank;
   int t = grp.rank * tiles_per_block;
