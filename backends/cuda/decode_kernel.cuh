@@ -135,8 +135,10 @@
 // - 64-bit arithmetic once per (slot, head), 32-bit offsets inside a head;
 // - the dtype of q/k/v/a/b/o is a kernel parameter when they share one (IO,
 //   see with_dtype), else one uniform branch per group of loads, never one
-//   per element; q/k rows and v columns move as vectors when their address
-//   is aligned (element-wise otherwise);
+//   per element; vk q/k rows and the fused prologue's runs move as vector
+//   words with no test of the address: the launch checks the pointers and
+//   strides once and sends the rest to code that tests each address (the
+//   MixedIO kernels, the prologue's channel-by-channel form; RawRun);
 // - the sums over a column's lanes run as one reduce-scatter butterfly for
 //   all the sums a lane holds (2 kC - 1 + log2(span / 2 kC) shuffles for
 //   the two sums of kC columns, instead of 2 kC * log2(span)), with the same
@@ -267,10 +269,10 @@ template <> struct Word<4> { using type = unsigned; };
 template <> struct Word<8> { using type = uint2; };
 template <> struct Word<16> { using type = uint4; };
 
-// x[e] = ptr[e] for e < N, N consecutive elements of type E. When the address
-// is aligned to the piece size (up to 16 bytes) the run moves in vector loads;
-// otherwise (a caller's odd stride or offset) element by element. The values
-// are the same either way.
+// x[e] = ptr[e] for e < N, N consecutive elements of type E (the MixedIO
+// kernels' loads). When the address is aligned to the piece size (up to 16
+// bytes) the run moves in vector loads; otherwise (a caller's odd stride or
+// offset) element by element. The values are the same either way.
 template <typename E, int N>
 __device__ __forceinline__ void load_run(const E* ptr, float* x) {
   constexpr int kPerPiece = N * int(sizeof(E)) < 16 ? N : 16 / int(sizeof(E));
