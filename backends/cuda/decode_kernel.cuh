@@ -118,12 +118,12 @@
 // They go before the state's copies because they are the longer path (loaded,
 // then normalized before any state is used) and, issued behind 2 KiB of
 // copies a warp, they waited for the memory pipeline (bench_fused trace,
-// B = 1 fp32 vk cold: issued 1.3 us into the kernel). The fused vk
-// prologue's loads go first likewise; the fused kv kernel issues its first
-// tile's copies before them in one-block groups (64 registers: the
-// prologue then holds no tile addresses live) and after them in clusters
-// (its loads then do not wait in DRAM behind the grid's state reads;
-// start_fused_loads). A programmatic launch issues the
+// B = 1 fp32 vk cold: issued 1.3 us into the kernel). The fused kernels
+// in clusters (small B) issue the state's copies once the prologue's loads
+// have landed (they then do not wait in DRAM behind the grid's state
+// reads); in one-block groups vk issues them right behind the prologue's
+// loads and kv before them (64 registers: the prologue then holds no tile
+// addresses live; start_fused_loads). A programmatic launch issues the
 // state's first.
 //
 // Instructions per warp

@@ -951,25 +951,28 @@ __device__ __forceinline__ void start_step_loads(const DecodeParams& p, bool sma
 // state's, then q, k, v and the gates once the prologue's outputs are in
 // shared memory. The state's go first under a programmatic launch (before
 // the wait: the inputs may still be being written by the previous kernel).
-// kKvOrder (the kv kernel, 64 registers) moves them out of the prologue:
-// - one block a group (B * Hk >= the SMs): first, so its tile copies'
-//   addresses die before the prologue's runs are live (the kernel spills 8
-//   bytes instead of 48-72; issued inside the prologue, fp32 kv at B = 64
-//   ran 83.0 -> 88.1 us);
-// - a cluster a group (small B): after the prologue's arithmetic, once its
-//   loads have landed: they then do not queue in DRAM behind the whole
-//   grid's state reads (B = 1 fp32 kv 6.33 -> 6.07 us, B = 8 14.4 -> 13.8,
-//   bf16 B = 8 9.3 -> 8.9; H200, 2026-11-30). vk keeps the prologue's loads
-//   first and the state's right behind them: late, bf16 vk B = 1 lost 1.3%.
+// Otherwise, by geometry:
+// - a cluster a group (small B), both layouts: after the prologue's
+//   arithmetic, once its loads have landed: they then do not queue in DRAM
+//   behind the whole grid's state reads (kv: B = 1 fp32 6.33 -> 6.07 us,
+//   B = 8 14.4 -> 13.8, bf16 B = 8 9.3 -> 8.9; vk, once the prologue's
+//   loads no longer carried address tests (RawRun): B = 1 fp32 6.04 ->
+//   5.85, bf16 5.34 -> 5.21, B = 8 2% faster; H200, 2026-11-30; before
+//   that vk lost 1.3% this way at bf16 B = 1);
+// - one block a group (B * Hk >= the SMs): kv (kKvOrder, 64 registers)
+//   first, so its tile copies' addresses die before the prologue's runs
+//   are live (the kernel spills 8 bytes instead of 48-72; issued inside the
+//   prologue, fp32 kv at B = 64 ran 83.0 -> 88.1 us); vk (128 registers)
+//   right behind the prologue's loads.
 // kRun: channels a thread's prologue runs take (fused_prologue_runs).
 template <typename IO, int kRun, bool kKvOrder, typename IssueState, typename IssueSmall>
 __device__ __forceinline__ void start_fused_loads(const DecodeParams& p, const Group& grp, const RowSlots& slots,
                                                   const FusedSmem& sm, IssueState&& issue_state,
                                                   IssueSmall&& issue_small) {
   fused_begin(p, grp, sm);
-  // kv in a cluster: the state's copies once the prologue's loads have
-  // landed (late); kv in one block a group: first.
-  const bool late = kKvOrder && grp.size > 1 && !p.programmatic_launch;
+  // in a cluster: the state's copies once the prologue's loads have landed
+  // (late); kv in one block a group: first.
+  const bool late = grp.size > 1 && !p.programmatic_launch;
   const bool state_first = !late && (p.programmatic_launch || kKvOrder);
   if (state_first) issue_state();
   wait_upstream();
