@@ -207,10 +207,10 @@ __global__ void __launch_bounds__(kThreads) skeleton3_kernel(char* state, int ro
   const unsigned bar_s = static_cast<unsigned>(__cvta_generic_to_shared(&bar));
   const unsigned buf_s = static_cast<unsigned>(__cvta_generic_to_shared(buf));
   constexpr unsigned kBytes = kThreads * 64;
+  // the mbarrier of the fused kernels' outputs (one arrival expecting kBytes)
   if (tid == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar_s) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_s), "r"(kBytes) : "memory");
+    gdn::cuda::outputs_barrier_init(&bar);
+    gdn::cuda::outputs_expect(&bar, kBytes);
   }
   __syncthreads();
   const int64_t head = gt / tph, tile = gt - head * tph;
@@ -228,14 +228,7 @@ __global__ void __launch_bounds__(kThreads) skeleton3_kernel(char* state, int ro
                  "l"(tile_base + int64_t(tid) * row_bytes), "r"(unsigned(kW * 16)), "r"(bar_s)
                  : "memory");
   }
-  unsigned done = 0;
-  do {
-    asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-        : "=r"(done)
-        : "r"(bar_s), "r"(0u)
-        : "memory");
-  } while (!done);
+  gdn::cuda::outputs_wait(&bar);
   uint4 x[4];
   char* dst[4];
 #pragma unroll
