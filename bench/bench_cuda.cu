@@ -101,9 +101,10 @@ void register_all() {
         benchmark::RegisterBenchmark(("fused/" + label(s)).c_str(), BM_Fused, s)
             ->UseManualTime()->Iterations(1)->Unit(benchmark::kMicrosecond);
       }
-  // Spot checks: other head counts, tensor parallel, pools with indices and padding.
+  // Spot checks: other head counts, tensor parallel, pools with indices and
+  // padding (B = 8 too: fp32 kv blocks there reduce two tiles together).
   for (gdn::DType t : states)
-    for (int64_t B : {1, 32, 512}) {
+    for (int64_t B : {1, 8, 32, 512}) {
       for (int hv : {48, 64}) {
         const Shape s{B, 16, hv, 128, t, gdn::Layout::kVK, false};
         benchmark::RegisterBenchmark(("fused/" + label(s)).c_str(), BM_Fused, s)

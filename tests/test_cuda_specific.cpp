@@ -155,6 +155,40 @@ TEST_F(CudaOnly, FusedMiddleWithMoreGroupsThanSms) {
     }
 }
 
+// fp32 kv blocks of exactly two tiles (B * Hv between one and two waves of
+// the 8-warp tiles: 192 heads on an H200 or an A100) reduce both tiles
+// together (decode_kv_step_kernel's pair path). Checked against the
+// reference with a pool: shuffled slots, padding rows, rows that do not
+// write, out-of-range indices, and a separate write slot per row.
+TEST_F(CudaOnly, KvTilePairsWithAPool) {
+  CaseSpec spec;
+  spec.name = "kv tile pairs, fp32, pool";
+  spec.seed = 61;
+  spec.batch = 48;
+  spec.hk = 2;
+  spec.hv = 4;
+  spec.dk = spec.dv = 128;
+  spec.state = gdn::DType::kF32;
+  spec.layout = gdn::Layout::kKV;
+  spec.index = gdn::IndexType::kI64;
+  spec.extra_slots = 5;
+  spec.shuffle_slots = true;
+  spec.padding_rows = 3;
+  spec.out_indices = true;
+  spec.no_write_rows = 2;
+  spec.bad_in = 1;
+  spec.bad_out = 1;
+  run_and_check(spec, gdn::Backend::kCuda);
+  spec.name = "kv tile pairs, fp32, in place";
+  spec.seed = 62;
+  spec.index = gdn::IndexType::kNone;
+  spec.extra_slots = 0;
+  spec.shuffle_slots = false;
+  spec.padding_rows = spec.no_write_rows = spec.bad_in = spec.bad_out = 0;
+  spec.out_indices = false;
+  run_and_check(spec, gdn::Backend::kCuda);
+}
+
 // One process driving every GPU it sees: kernel attributes (the shared-memory
 // opt-in that kv at Dk = 256 needs past 48 KiB, the fused stages') are per
 // device, so each GPU must get them at its first launch, not only the GPU of

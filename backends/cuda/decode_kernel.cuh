@@ -31,7 +31,12 @@
 // one thread a column adds them and forms delta and the output; after a
 // second barrier every thread updates the state it holds and stores S'
 // straight from its registers. A block streams up to 4 consecutive tiles of
-// its head, the next tiles' copies in flight while one is reduced. The block
+// its head, the next tiles' copies in flight while one is reduced; a block
+// of exactly two tiles with both in flight from the start (fp32 at B = 8)
+// reduces them together instead: both tiles' partials, one barrier, warp k
+// finishing tile k, a second barrier, both stores (two barriers, not four,
+// and the second tile's sums formed while the first waits to be finished:
+// fp32 B = 8 11.05 -> 10.47 us, H200 2026-11-30, bench/RESULTS.md round 10). The block
 // count is B * Hv * ceil(tiles / tiles per block). When every tile of a
 // 4-warp tile (64-byte row segments) can have its own block, all resident
 // at once, the launch takes that tile instead (kKvSmallW; B = 1 at Hv = 32).

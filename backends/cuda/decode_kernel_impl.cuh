@@ -1454,10 +1454,10 @@ struct KvRegTile {
     for (int n = 0; n < kRows; ++n) s[n] = ring[slot(stage, n, int(threadIdx.x))];
   }
 
-  template <typename Emit>
-  static __device__ __forceinline__ void reduce(const V (&s)[kRows], const float (&qr)[kRows],
-                                                const float (&kr)[kRows], float vj, float decay, float beta,
-                                                float kq, float scale, float* part, float* dl, Emit&& emit) {
+  // The thread's part of a tile's sums: partial sums over its rows, in row
+  // order, then over its warp's row groups, posted to `part` (kPartFloats).
+  static __device__ __forceinline__ void post(const V (&s)[kRows], const float (&qr)[kRows],
+                                              const float (&kr)[kRows], float* part) {
     const int tid = int(threadIdx.x), warp = tid / kWarp, lane = tid % kWarp, chunk = tid % kW;
     // Partial sums over the thread's rows, in row order, and at once the
     // first in-warp level (offset kW): the lane with that bit set keeps
@@ -1491,31 +1491,46 @@ struct KvRegTile {
 #pragma unroll
       for (int k = 0; k < kHeld; ++k) part[(warp * kW + chunk) * kSums + first + k] = x[k];
     }
-    __syncthreads();  // A: every warp's partial sums are posted
-    if (tid < kCols) {
-      // Column tid (chunk tid / kVec, column c = tid % kVec of it): the warps'
-      // partials added pairwise, warp bit 0 first (the tree goes on from the
-      // warp's levels).
-      const int fc = tid / kVec, fv = tid % kVec;
-      float a[kW], e[kW];
+  }
+
+  // Column col of the tile (0 <= col < kCols; one thread a column), once
+  // every thread's post() to `part` is visible: the warps' partials added
+  // pairwise, warp bit 0 first (the tree goes on from the warp's levels);
+  // delta posted to dl[col], the output to emit(col, o).
+  template <typename Emit>
+  static __device__ __forceinline__ void finish(int col, const float* part, float vj, float decay, float beta,
+                                                float kq, float scale, float* dl, Emit&& emit) {
+    // chunk fc, column fv of it
+    const int fc = col / kVec, fv = col % kVec;
+    float a[kW], e[kW];
 #pragma unroll
-      for (int w = 0; w < kW; ++w) {
-        a[w] = part[(w * kW + fc) * kSums + fv];
-        e[w] = part[(w * kW + fc) * kSums + kVec + fv];
-      }
-#pragma unroll
-      for (int st = 1; st < kW; st *= 2)
-#pragma unroll
-        for (int w = 0; w < kW; w += 2 * st) {
-          a[w] += a[w + st];
-          e[w] += e[w + st];
-        }
-      // delta = beta (v - exp(g) sk)
-      const float d = beta * (vj - decay * a[0]);
-      dl[tid] = d;
-      // o = scale (exp(g) sq + (k_hat . q_hat) delta)
-      emit(tid, scale * (decay * e[0] + kq * d));
+    for (int w = 0; w < kW; ++w) {
+      a[w] = part[(w * kW + fc) * kSums + fv];
+      e[w] = part[(w * kW + fc) * kSums + kVec + fv];
     }
+#pragma unroll
+    for (int st = 1; st < kW; st *= 2)
+#pragma unroll
+      for (int w = 0; w < kW; w += 2 * st) {
+        a[w] += a[w + st];
+        e[w] += e[w + st];
+      }
+    // delta = beta (v - exp(g) sk)
+    const float d = beta * (vj - decay * a[0]);
+    dl[col] = d;
+    // o = scale (exp(g) sq + (k_hat . q_hat) delta)
+    emit(col, scale * (decay * e[0] + kq * d));
+  }
+
+  // One tile: post(), a barrier, one thread a column finish()es it, a
+  // second barrier (the deltas in dl are then visible to store()).
+  template <typename Emit>
+  static __device__ __forceinline__ void reduce(const V (&s)[kRows], const float (&qr)[kRows],
+                                                const float (&kr)[kRows], float vj, float decay, float beta,
+                                                float kq, float scale, float* part, float* dl, Emit&& emit) {
+    post(s, qr, kr, part);
+    __syncthreads();  // A: every warp's partial sums are posted
+    if (int(threadIdx.x) < kCols) finish(int(threadIdx.x), part, vj, decay, beta, kq, scale, dl, emit);
     __syncthreads();  // B: the tile's deltas are posted
   }
 
@@ -1758,7 +1773,9 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
 // written back, the block storing rows) the state crosses shared memory once,
 // not four times, and only 2 kVec partial sums a thread are exchanged.
 // A block streams tiles [t, t_end) of its head, kv_step_stages - 1 of them
-// in flight while one is reduced.
+// in flight while one is reduced; a block of exactly two tiles, both in
+// flight from the start (3 stages: fp32), reduces them together (the pair
+// path below).
 template <typename T, int kDk, int kW, typename IO>
 __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) : 1)
     decode_kv_step_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
@@ -1771,8 +1788,10 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   // dynamic: the ring, kStagesHere stages of [kRows][kThreads] chunks
   extern __shared__ uint4 smem_raw[];
   V* const ring = reinterpret_cast<V*>(smem_raw);
-  __shared__ float part[R::kPartFloats];
-  __shared__ float dl[kCols];
+  // partial sums and deltas: one tile's, or two (a pair, below)
+  constexpr int kTilesAtOnce = kStagesHere >= 3 ? 2 : 1;
+  __shared__ float part[kTilesAtOnce * R::kPartFloats];
+  __shared__ float dl[kTilesAtOnce * kCols];
 
   const int Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
   const int tid = int(threadIdx.x), lane = tid % kWarp;
@@ -1817,8 +1836,13 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     }
     async_commit();
   };
-  // The finishing thread of column tid (tid < kCols) loads its v (two steps, see RawRun).
-  const bool finisher = tid < kCols;
+  // A block of exactly two tiles with both in flight from the start (fp32
+  // states at B = 8: kStagesHere = 3) reduces them together (below).
+  const bool pair = kTilesAtOnce == 2 && t_end - t == 2;
+  // The finishing thread of column tid (tid < kCols; with a pair, of column
+  // tid - kCols of the second tile too, tid < 2 kCols: the same offset from
+  // the first tile's start) loads its v (two steps, see RawRun).
+  const bool finisher = tid < (pair ? 2 : 1) * kCols;
   auto load_v = [&](int tt, IoRun<IO, 1>& run) {
     const int j = tt * kCols + tid;
     if (finisher) run.load(p.qkv_dtype, p.v, b * p.v_batch_stride + int64_t(h) * p.v_head_stride + (j < Dv ? j : 0));
@@ -1856,6 +1880,54 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   const float kq = R::normalize(p, qh, kh, qr, kr);
   GDN_MARK(3);
 
+  // o[jt + col] of the block's head (nothing past Dv)
+  auto emit_at = [&](int jt) {
+    return [&, jt](int col, float o_val) {
+      if (jt + col >= Dv) return;
+      const int64_t o_base = b * p.o_batch_stride + int64_t(h) * p.o_head_stride;
+      with_dtype<IO>(p.o_dtype, [&](auto tag) {
+        using E = decltype(tag);
+        static_cast<E*>(p.o)[o_base + jt + col] = Elem<E>::from_float(o_val);
+      });
+    };
+  };
+  if constexpr (kStagesHere >= 3) {
+    if (pair) {
+      // ---- 3'. two tiles, both copied into stages 0 and 1 by issue_state:
+      // each posts its partial sums to its own half of `part`, then one
+      // barrier, threads k kCols + c finish column c of tile t + k, a second
+      // barrier, and S' of both is stored (tile t read back from its stage:
+      // its registers are free while tile t + 1's sums are formed). Two
+      // barriers for the block instead of four, and no warp waits at a
+      // barrier while one thread a column finishes the first tile (fp32
+      // B = 8: 11.05 -> 10.47 us, bench/RESULTS.md round 10). The sums are
+      // those of the loop below, bit for bit.
+      static_assert(2 * kCols <= kThreads, "a finishing thread a column of both tiles");
+      V s[kRows];
+      R::template fetch<1>(ring, 0, s);
+      R::post(s, qr, kr, part);
+      R::template fetch<0>(ring, 1, s);
+      GDN_MARK(5);
+      R::post(s, qr, kr, part + R::kPartFloats);
+      __syncthreads();  // both tiles' partial sums are posted
+      if (finisher) {
+        const int k = tid / kCols;
+        R::finish(tid % kCols, part + k * R::kPartFloats, vj, gates.decay, gates.beta, kq, scale, dl + k * kCols,
+                  emit_at((t + k) * kCols));
+      }
+      __syncthreads();  // both tiles' deltas are posted
+      if (slots.write) {
+        V s0[kRows];
+#pragma unroll
+        for (int n = 0; n < kRows; ++n) s0[n] = ring[R::slot(0, n, tid)];
+        R::store(s0, kr, gates.decay, dl, s_out, t * kCols + chunk * kVec, Dk, Dv);
+        R::store(s, kr, gates.decay, dl + kCols, s_out, (t + 1) * kCols + chunk * kVec, Dk, Dv);
+      }
+      GDN_MARK(6);
+      GDN_MARK(8);
+      return;
+    }
+  }
   // ---- 3. the block's tiles, kStagesHere - 1 of them in flight while one is reduced
   for (int stage = 0;; stage = stage + 1 == kStagesHere ? 0 : stage + 1) {
     const bool has_next = t + 1 < t_end;
@@ -1867,15 +1939,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     R::template fetch<kStagesHere - 1>(ring, stage, s);  // this thread's chunks of tile t
     GDN_MARK(5);
     const int jt = t * kCols;
-    R::reduce(s, qr, kr, vj, gates.decay, gates.beta, kq, scale, part, dl,
-              [&](int col, float o_val) {
-                if (jt + col >= Dv) return;
-                const int64_t o_base = b * p.o_batch_stride + int64_t(h) * p.o_head_stride;
-                with_dtype<IO>(p.o_dtype, [&](auto tag) {
-                  using E = decltype(tag);
-                  static_cast<E*>(p.o)[o_base + jt + col] = Elem<E>::from_float(o_val);
-                });
-              });
+    R::reduce(s, qr, kr, vj, gates.decay, gates.beta, kq, scale, part, dl, emit_at(jt));
     if (slots.write) R::store(s, kr, gates.decay, dl, s_out, jt + chunk * kVec, Dk, Dv);
     if (!has_next) break;
     ++t;
