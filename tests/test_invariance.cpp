@@ -105,32 +105,33 @@ TEST_P(DecodeTest, DeterministicAndBatchInvariant) {
   // heads, fp32 kv blocks take two tiles each and reduce them together, on
   // an A100 too); smaller on the host, whose reference arithmetic is slow.
   const bool host = backend() == gdn::Backend::kHost;
-  for (const int64_t B : host ? std::vector<int64_t>{24} : std::vector<int64_t>{48, 600})
-  for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
-    for (gdn::Layout l : {gdn::Layout::kKV, gdn::Layout::kVK}) {
-      SCOPED_TRACE(std::string("B ") + std::to_string(B) + ", state " + gdn::to_string(t) + ", layout " +
-                   gdn::to_string(l));
-      const Problem P = make_problem(B, t, l, 77);
-      const RowsResult big = run_rows(backend(), P, 0, B, P.idx, P.pool);
-      const RowsResult again = run_rows(backend(), P, 0, B, P.idx, P.pool);
-      EXPECT_TRUE(big.o == again.o) << "output differs between two identical runs";
-      EXPECT_TRUE(big.pool == again.pool) << "state differs between two identical runs";
+  for (const int64_t B : host ? std::vector<int64_t>{24} : std::vector<int64_t>{48, 600}) {
+    for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
+      for (gdn::Layout l : {gdn::Layout::kKV, gdn::Layout::kVK}) {
+        SCOPED_TRACE(std::string("B ") + std::to_string(B) + ", state " + gdn::to_string(t) + ", layout " +
+                     gdn::to_string(l));
+        const Problem P = make_problem(B, t, l, 77);
+        const RowsResult big = run_rows(backend(), P, 0, B, P.idx, P.pool);
+        const RowsResult again = run_rows(backend(), P, 0, B, P.idx, P.pool);
+        EXPECT_TRUE(big.o == again.o) << "output differs between two identical runs";
+        EXPECT_TRUE(big.pool == again.pool) << "state differs between two identical runs";
 
-      const size_t sb = P.slot_bytes();
-      const size_t ob = size_t(P.hv) * P.d * 4;
-      for (int64_t r : {int64_t(0), int64_t(1), B / 2, B - 1}) {
-        // The row alone, its state moved to the spare slot at the end of the pool.
-        const int32_t spare = int32_t(P.slots - 1 - (r % 4));
-        std::vector<uint8_t> pool = P.pool;
-        std::memcpy(pool.data() + spare * sb, P.pool.data() + size_t(P.idx[size_t(r)]) * sb, sb);
-        const RowsResult one = run_rows(backend(), P, r, 1, {spare}, pool);
-        EXPECT_EQ(0, std::memcmp(one.o.data(), big.o.data() + size_t(r) * ob, ob))
-            << "row " << r << ": output alone differs bitwise from inside the batch of " << B;
-        EXPECT_EQ(0, std::memcmp(one.pool.data() + spare * sb,
-                                 big.pool.data() + size_t(P.idx[size_t(r)]) * sb, sb))
-            << "row " << r << ": new state alone differs bitwise from inside the batch of " << B;
+        const size_t sb = P.slot_bytes();
+        const size_t ob = size_t(P.hv) * P.d * 4;
+        for (int64_t r : {int64_t(0), int64_t(1), B / 2, B - 1}) {
+          // The row alone, its state moved to the spare slot at the end of the pool.
+          const int32_t spare = int32_t(P.slots - 1 - (r % 4));
+          std::vector<uint8_t> pool = P.pool;
+          std::memcpy(pool.data() + spare * sb, P.pool.data() + size_t(P.idx[size_t(r)]) * sb, sb);
+          const RowsResult one = run_rows(backend(), P, r, 1, {spare}, pool);
+          EXPECT_EQ(0, std::memcmp(one.o.data(), big.o.data() + size_t(r) * ob, ob))
+              << "row " << r << ": output alone differs bitwise from inside the batch of " << B;
+          EXPECT_EQ(0, std::memcmp(one.pool.data() + spare * sb,
+                                   big.pool.data() + size_t(P.idx[size_t(r)]) * sb, sb))
+              << "row " << r << ": new state alone differs bitwise from inside the batch of " << B;
+        }
       }
-    }
+  }
 }
 
 }  // namespace
