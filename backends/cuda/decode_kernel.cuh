@@ -428,13 +428,12 @@ __device__ __forceinline__ void async_wait() {
 }
 
 // Items (vk) or tiles (kv) of state in shared memory at once: the one being
-// computed and the rest in flight. Two on NVIDIA, measured (bench/RESULTS.md):
-// a third stage gained at most 2% at B = 512 for vk, lost 4% at B = 8, and
-// made kv slower everywhere from B = 8 up (bf16 B = 512 1.28x -> 1.55x; four
-// stages worse still). GDN_VK_STAGES / GDN_KV_STAGES override them for
-// tune_cuda (the kv step kernel's own count: kv_step_stages). Without
-// cp.async (HIP) a second stage would only cost LDS: vk keeps no ring at all
-// (its items load straight into registers) and kv one tile stage.
+// computed and the rest in flight. vk: two on NVIDIA, measured
+// (bench/RESULTS.md): a third stage gained at most 2% at B = 512, lost 4% at
+// B = 8. kv: by state dtype (kv_stages below). GDN_VK_STAGES / GDN_KV_STAGES
+// override them for tune_cuda. Without cp.async (HIP) a second stage would
+// only cost LDS: vk keeps no ring at all (its items load straight into
+// registers) and kv one tile stage.
 #if defined(GDN_NO_ASYNC_COPY)
 #define GDN_VK_RING 0
 #else
@@ -447,19 +446,23 @@ __device__ __forceinline__ void async_wait() {
 #define GDN_VK_STAGES 2
 #endif
 #endif
-#ifndef GDN_KV_STAGES
-#define GDN_KV_STAGES GDN_VK_STAGES
-#endif
 constexpr int kStages = GDN_VK_STAGES;
-constexpr int kKvStages = GDN_KV_STAGES;
-// The kv step kernel's ring (decode_kv_step_kernel): 3 stages for fp32
-// states (both tiles of a B = 8 block in flight from the start: 10.8 us
-// against 10.9), 2 for 16-bit ones, whose blocks then fit more an SM (bf16
-// B = 32 20.0 us against 21.3 at 3 stages; H200, 2026-11-30). Without
-// cp.async the ring is a plain staging buffer and one stage ahead suffices.
+// The kv kernels' ring (decode_kv_step_kernel, decode_kv_fused_kernel): 3
+// stages for fp32 states, 2 for 16-bit ones (H200, 2026-11-30,
+// bench/RESULTS.md). The step: both tiles of a B = 8 block in flight from
+// the start (10.8 us against 10.9), while 16-bit blocks fit more an SM with
+// two (bf16 B = 32 20.0 us against 21.3). The fused middle (round 10): fp32
+// B = 8 12.85 -> 12.33 us, B = 64 81.7 -> 79.9 with three; bf16 lost 6% at
+// B = 8 and 4% at B = 64 with three. (With the earlier kv tile, a third
+// stage made kv slower everywhere from B = 8 up.) Without cp.async the ring
+// is a plain staging buffer and one stage ahead suffices.
 template <typename T>
-constexpr int kv_step_stages() {
-  return GDN_KV_STAGES < 2 ? GDN_KV_STAGES : sizeof(T) == 4 ? 3 : 2;
+constexpr int kv_stages() {
+#if defined(GDN_KV_STAGES)
+  return GDN_KV_STAGES;
+#else
+  return GDN_VK_STAGES < 2 ? GDN_VK_STAGES : sizeof(T) == 4 ? 3 : 2;
+#endif
 }
 
 // A 16-byte vector of state elements.

@@ -1577,17 +1577,18 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     decode_kv_fused_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
                            FastDiv by_hv, float scale, int group_heads, int cluster, FusedArgs fdiv) {
   using R = KvRegTile<T, kDk, kW>;
+  constexpr int kStagesHere = kv_stages<T>();
   using V = Vec<T>;
   constexpr int kVec = R::kVec, kRows = R::kRows, kCols = R::kCols, kThreads = R::kThreads;
-  // dynamic: the ring, kKvStages stages of [kRows][kThreads] chunks (two
-  // stages pass 48 KiB at Dk = 256), then the fused stages' floats
+  // dynamic: the ring, kStagesHere stages of [kRows][kThreads] chunks (kv_stages:
+  // 3 for fp32, 96 KiB at Dk = 256), then the fused stages' floats
   extern __shared__ uint4 smem_raw[];
   V* const ring = reinterpret_cast<V*>(smem_raw);
   __shared__ float part[R::kPartFloats];
   __shared__ float dl[kCols];
 
   const int Dk = p.head_dim_k, Dv = p.head_dim_v;
-  const FusedSmem sm(reinterpret_cast<float*>(ring + kKvStages * kRows * kThreads), group_heads, Dk, Dv);
+  const FusedSmem sm(reinterpret_cast<float*>(ring + kStagesHere * kRows * kThreads), group_heads, Dk, Dv);
   const int tid = int(threadIdx.x), lane = tid % kWarp;
   // blockIdx = (b * Hk + hk) * cluster + rank; this block's tiles [t, t_end)
   // of the group's (never empty).
@@ -1672,13 +1673,13 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     return l.run.value(j < Dv);
   };
 
-  // ---- 1. the first kKvStages - 1 tiles' state and v, q, k: the prologue's
+  // ---- 1. the first kStagesHere - 1 tiles' state and v, q, k: the prologue's
   // loads first, then the state's (start_fused_loads; a programmatic launch
   // issues the state's before the wait, and the rest once the previous
   // kernel is done). The gates come from the prologue.
   auto issue_state = [&] {
 #pragma unroll
-    for (int st = 0; st < kKvStages - 1; ++st) issue_tile(t + st, st);
+    for (int st = 0; st < kStagesHere - 1; ++st) issue_tile(t + st, st);
   };
   // The token's small loads, all issued before any is used (RawRun): v of
   // the first tile, q and k rows (a row past Dk reads row 0); with the conv
@@ -1715,17 +1716,17 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   GDN_MARK(3);
   fused_mid<IO>(p, grp, slots, sm);
   GDN_MARK(4);
-  // ---- 3. the block's tiles, kKvStages - 1 of them in flight while one is reduced
-  for (int stage = 0;; stage = stage + 1 == kKvStages ? 0 : stage + 1) {
+  // ---- 3. the block's tiles, kStagesHere - 1 of them in flight while one is reduced
+  for (int stage = 0;; stage = stage + 1 == kStagesHere ? 0 : stage + 1) {
     const bool has_next = t + 1 < t_end;
     const Pos cur = pos(t);
     const float decay = sm.decay[cur.g], beta = sm.beta[cur.g];
     // Stage stage - 1 held the previous tile, which this thread has read.
-    issue_tile(t + kKvStages - 1, stage == 0 ? kKvStages - 1 : stage - 1);
+    issue_tile(t + kStagesHere - 1, stage == 0 ? kStagesHere - 1 : stage - 1);
     VLoad v_next;
     if (has_next) load_v(t + 1, v_next);
     V s[kRows];
-    R::template fetch<kKvStages - 1>(ring, stage, s);  // this thread's chunks of tile t
+    R::template fetch<kStagesHere - 1>(ring, stage, s);  // this thread's chunks of tile t
     GDN_MARK(5);
     const int jt = cur.tile * kCols;
     R::reduce(s, qr, kr, vj, decay, beta, kq, scale, part, dl,
@@ -1772,7 +1773,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
 // fused kernel's transposition (decode_kv_fused_kernel: a warp a chunk, S'
 // written back, the block storing rows) the state crosses shared memory once,
 // not four times, and only 2 kVec partial sums a thread are exchanged.
-// A block streams tiles [t, t_end) of its head, kv_step_stages - 1 of them
+// A block streams tiles [t, t_end) of its head, kv_stages - 1 of them
 // in flight while one is reduced; a block of exactly two tiles, both in
 // flight from the start (3 stages: fp32), reduces them together (the pair
 // path below).
@@ -1784,7 +1785,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   using R = KvRegTile<T, kDk, kW>;
   using V = Vec<T>;
   constexpr int kVec = R::kVec, kRows = R::kRows, kCols = R::kCols, kThreads = R::kThreads;
-  constexpr int kStagesHere = kv_step_stages<T>();
+  constexpr int kStagesHere = kv_stages<T>();
   // dynamic: the ring, kStagesHere stages of [kRows][kThreads] chunks
   extern __shared__ uint4 smem_raw[];
   V* const ring = reinterpret_cast<V*>(smem_raw);
@@ -1952,15 +1953,15 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
 // Dynamic shared memory of the kv step kernel: its ring.
 template <typename T, int kDk, int kW>
 constexpr size_t kv_step_smem_bytes() {
-  return size_t(kv_step_stages<T>()) * KvTile<T, kDk, kW>::kRows * KvTile<T, kDk, kW>::kThreads * 16;
+  return size_t(kv_stages<T>()) * KvTile<T, kDk, kW>::kRows * KvTile<T, kDk, kW>::kThreads * 16;
 }
 
 // Dynamic shared memory of a block: the ring (vk: kStages items per warp; kv:
-// kKvStages tiles per block).
+// kv_stages tiles per block).
 template <typename T, Layout kLayout, int kDk, int kP>
 constexpr size_t smem_bytes(int warps_per_block) {
   if constexpr (kLayout == Layout::kKV)
-    return size_t(kKvStages) * KvTile<T, kDk, kP>::kRows * KvTile<T, kDk, kP>::kThreads * 16;
+    return size_t(kv_stages<T>()) * KvTile<T, kDk, kP>::kRows * KvTile<T, kDk, kP>::kThreads * 16;
 #if GDN_VK_RING
   else
     return size_t(warps_per_block) * kStages * kWarp * 16 *
