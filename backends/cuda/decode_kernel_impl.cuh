@@ -1577,9 +1577,9 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     decode_kv_fused_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
                            FastDiv by_hv, float scale, int group_heads, int cluster, FusedArgs fdiv) {
   using R = KvRegTile<T, kDk, kW>;
-  constexpr int kStagesHere = kv_stages<T>();
   using V = Vec<T>;
   constexpr int kVec = R::kVec, kRows = R::kRows, kCols = R::kCols, kThreads = R::kThreads;
+  constexpr int kStagesHere = kv_stages<T>();
   // dynamic: the ring, kStagesHere stages of [kRows][kThreads] chunks (kv_stages:
   // 3 for fp32, 96 KiB at Dk = 256), then the fused stages' floats
   extern __shared__ uint4 smem_raw[];
