@@ -1892,7 +1892,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
       });
     };
   };
-  if constexpr (kStagesHere >= 3) {
+  if constexpr (kTilesAtOnce == 2) {
     if (pair) {
       // ---- 3'. two tiles, both copied into stages 0 and 1 by issue_state:
       // each posts its partial sums to its own half of `part`, then one
