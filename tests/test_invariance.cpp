@@ -3,7 +3,10 @@
 // A row's output and new state must be bitwise identical run to run, and
 // whether the row runs alone or inside a large batch, at any row position and
 // in any slot. On GPUs the batch size changes how V is split across blocks;
-// the reduction order over Dk must not change with it.
+// the reduction order over Dk must not change with it. The same holds for
+// the fused middle (conv1d prologue, gated RMSNorm epilogue), whose block
+// geometry (clusters at small B, a block a group at large B) and, for the
+// norm alone in clusters, whose whole load phase change with the batch size.
 #include <algorithm>
 #include <cstring>
 #include <random>
@@ -23,12 +26,18 @@ struct Problem {
   std::vector<uint8_t> qkv, a, b, pool;
   std::vector<float> A_log, dt_bias;
   std::vector<int32_t> idx;
+  // the fused middle (bf16, as the inputs): conv W = 4 when `conv`, the
+  // gated RMSNorm when `norm`; qkv is then the raw row x
+  bool conv{false}, norm{false};
+  std::vector<uint8_t> conv_pool, conv_weight, conv_bias, z, norm_weight;
   int64_t conv_dim() const { return 2 * int64_t(hk) * d + int64_t(hv) * d; }
   size_t slot_bytes() const { return size_t(hv) * d * d * gdn::dtype_size(state); }
+  size_t conv_slot_bytes() const { return size_t(conv_dim()) * 3 * 2; }
 };
 
-Problem make_problem(int64_t B, gdn::DType state, gdn::Layout layout, uint64_t seed) {
-  Problem P{B, B + 8, 2, 4, 128, state, layout, {}, {}, {}, {}, {}, {}, {}};
+Problem make_problem(int64_t B, gdn::DType state, gdn::Layout layout, uint64_t seed, bool conv = false,
+                     bool norm = false) {
+  Problem P{B, B + 8, 2, 4, 128, state, layout, {}, {}, {}, {}, {}, {}, {}, conv, norm, {}, {}, {}, {}, {}};
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> n01(0.0, 1.0);
   auto fill = [&](std::vector<uint8_t>& x, int64_t n, gdn::DType t, double sd) {
@@ -49,16 +58,31 @@ Problem make_problem(int64_t B, gdn::DType state, gdn::Layout layout, uint64_t s
   for (int64_t s = 0; s < P.slots; ++s) perm[size_t(s)] = int32_t(s);
   std::shuffle(perm.begin(), perm.end(), rng);
   P.idx.assign(perm.begin(), perm.begin() + B);
+  if (conv) {
+    // earlier inputs in every slot's window, weights and bias of a trained
+    // depthwise conv's scale
+    fill(P.conv_pool, P.slots * P.conv_dim() * 3, gdn::DType::kBF16, 1.0);
+    fill(P.conv_weight, P.conv_dim() * 4, gdn::DType::kBF16, 0.3);
+    fill(P.conv_bias, P.conv_dim(), gdn::DType::kBF16, 0.1);
+  }
+  if (norm) {
+    fill(P.z, B * P.hv * P.d, gdn::DType::kBF16, 1.0);
+    std::uniform_real_distribution<double> w(0.5, 1.5);
+    P.norm_weight.resize(size_t(P.d) * 2);
+    for (int j = 0; j < P.d; ++j) gdn::store_element(P.norm_weight.data(), gdn::DType::kBF16, j, w(rng));
+  }
   return P;
 }
 
 struct RowsResult {
-  std::vector<uint8_t> o, pool;
+  std::vector<uint8_t> o, pool, conv_pool;
 };
 
-// Rows [row0, row0 + n) of P, reading and writing the given slots of `pool`.
+// Rows [row0, row0 + n) of P, reading and writing the given slots of `pool`
+// (and of `conv_pool`, conv on).
 RowsResult run_rows(gdn::Backend backend, const Problem& P, int64_t row0, int64_t n,
-             const std::vector<int32_t>& idx, const std::vector<uint8_t>& pool) {
+             const std::vector<int32_t>& idx, const std::vector<uint8_t>& pool,
+             const std::vector<uint8_t>& conv_pool = {}) {
   const int64_t conv = P.conv_dim();
   DeviceBuffer qkv(backend, std::vector<uint8_t>(P.qkv.begin() + row0 * conv * 2,
                                                  P.qkv.begin() + (row0 + n) * conv * 2));
@@ -70,6 +94,17 @@ RowsResult run_rows(gdn::Backend backend, const Problem& P, int64_t row0, int64_
   ix.upload(idx.data(), size_t(n) * 4);
   DeviceBuffer state(backend, pool);
   DeviceBuffer o(backend, size_t(n) * P.hv * P.d * 4);
+  DeviceBuffer cstate, cweight, cbias, z, nw;
+  if (P.conv) {
+    cstate = DeviceBuffer(backend, conv_pool);
+    cweight = DeviceBuffer(backend, P.conv_weight);
+    cbias = DeviceBuffer(backend, P.conv_bias);
+  }
+  if (P.norm) {
+    const size_t zb = size_t(P.hv) * P.d * 2;
+    z = DeviceBuffer(backend, std::vector<uint8_t>(P.z.begin() + row0 * zb, P.z.begin() + (row0 + n) * zb));
+    nw = DeviceBuffer(backend, P.norm_weight);
+  }
 
   gdn::DecodeParams p;
   p.batch = n;
@@ -81,8 +116,20 @@ RowsResult run_rows(gdn::Backend backend, const Problem& P, int64_t row0, int64_
   p.state_dtype = P.state;
   p.layout = P.layout;
   p.num_slots = P.slots;
+  p.conv_width = P.conv ? 4 : 0;
   gdn::set_dense_strides(p);
-  gdn::set_packed_qkv(p, qkv.get(), conv);
+  if (P.conv) {
+    p.x = qkv.get();
+    p.conv_state = cstate.get();
+    p.conv_weight = cweight.get();
+    p.conv_bias = cbias.get();
+  } else {
+    gdn::set_packed_qkv(p, qkv.get(), conv);
+  }
+  if (P.norm) {
+    p.z = z.get();
+    p.norm_weight = nw.get();
+  }
   p.a = a.get();
   p.b = b.get();
   p.A_log = A.as<float>();
@@ -95,7 +142,7 @@ RowsResult run_rows(gdn::Backend backend, const Problem& P, int64_t row0, int64_
   EXPECT_TRUE(st.ok()) << st.message;
   const gdn::Status sy = gdn::backend_ops(backend)->synchronize(nullptr);
   EXPECT_TRUE(sy.ok()) << sy.message;
-  return RowsResult{o.download(), state.download()};
+  return RowsResult{o.download(), state.download(), P.conv ? cstate.download() : std::vector<uint8_t>{}};
 }
 
 TEST_P(DecodeTest, DeterministicAndBatchInvariant) {
@@ -132,6 +179,47 @@ TEST_P(DecodeTest, DeterministicAndBatchInvariant) {
         }
       }
   }
+}
+
+TEST_P(DecodeTest, FusedMiddleDeterministicAndBatchInvariant) {
+  // The conv and the norm, together and each alone, as above: on an H200 a
+  // row alone runs in a cluster of 8 blocks (the norm alone in vk without
+  // the prologue), B = 48 in clusters of 2, B = 600 in one block a group.
+  const bool host = backend() == gdn::Backend::kHost;
+  for (const int64_t B : host ? std::vector<int64_t>{24} : std::vector<int64_t>{48, 600})
+    for (const int mode : {0, 1, 2})  // conv + norm, the norm alone, the conv alone
+      for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
+        for (gdn::Layout l : {gdn::Layout::kKV, gdn::Layout::kVK}) {
+          const bool conv = mode != 1, norm = mode != 2;
+          SCOPED_TRACE(std::string("B ") + std::to_string(B) + (conv ? ", conv" : "") + (norm ? ", norm" : "") +
+                       ", state " + gdn::to_string(t) + ", layout " + gdn::to_string(l));
+          const Problem P = make_problem(B, t, l, 78, conv, norm);
+          const RowsResult big = run_rows(backend(), P, 0, B, P.idx, P.pool, P.conv_pool);
+          const RowsResult again = run_rows(backend(), P, 0, B, P.idx, P.pool, P.conv_pool);
+          EXPECT_TRUE(big.o == again.o) << "output differs between two identical runs";
+          EXPECT_TRUE(big.pool == again.pool) << "state differs between two identical runs";
+          EXPECT_TRUE(big.conv_pool == again.conv_pool) << "conv state differs between two identical runs";
+
+          const size_t sb = P.slot_bytes(), cb = P.conv_slot_bytes();
+          const size_t ob = size_t(P.hv) * P.d * 4;
+          for (int64_t r : {int64_t(0), int64_t(1), B / 2, B - 1}) {
+            // The row alone, its states moved to the spare slot at the end of the pools.
+            const int32_t spare = int32_t(P.slots - 1 - (r % 4));
+            const size_t from = size_t(P.idx[size_t(r)]);
+            std::vector<uint8_t> pool = P.pool, cpool = P.conv_pool;
+            std::memcpy(pool.data() + spare * sb, P.pool.data() + from * sb, sb);
+            if (conv) std::memcpy(cpool.data() + spare * cb, P.conv_pool.data() + from * cb, cb);
+            const RowsResult one = run_rows(backend(), P, r, 1, {spare}, pool, cpool);
+            EXPECT_EQ(0, std::memcmp(one.o.data(), big.o.data() + size_t(r) * ob, ob))
+                << "row " << r << ": output alone differs bitwise from inside the batch of " << B;
+            EXPECT_EQ(0, std::memcmp(one.pool.data() + spare * sb, big.pool.data() + from * sb, sb))
+                << "row " << r << ": new state alone differs bitwise from inside the batch of " << B;
+            if (conv) {
+              EXPECT_EQ(0, std::memcmp(one.conv_pool.data() + spare * cb, big.conv_pool.data() + from * cb, cb))
+                  << "row " << r << ": new conv state alone differs bitwise from inside the batch of " << B;
+            }
+          }
+        }
 }
 
 }  // namespace

@@ -103,6 +103,19 @@
 //   blocks' outputs through distributed shared memory, the barriers and
 //   their fences were a fifth of the fused kernel's samples at B = 1).
 //
+// The norm alone in clusters (vk; conv off, each block's columns in one
+// head, at most one a thread) runs its own instantiation (kNormOnly) with no
+// prologue: each warp loads q, k, v and its head's gates as the step does,
+// each thread the z and norm_weight of its output column, then the state;
+// the cluster barrier (the outputs' mbarrier ready) is arrived at once. The
+// prologue made the q/k/v loads wait for its z loads and its barrier: step
+// + norm at B = 1 fp32 5.28 -> 4.74 us, bf16 4.95 -> 4.15, B = 8 4-5%
+// faster (H200, 2026-12-01, bench/RESULTS.md round 12). With the conv on,
+// the prologue stays: a warp computing the conv of its own q/k rows instead
+// (no block barrier; every warp loading every q/k window) was 1.5 us slower
+// at B = 1, and the same path behind a run-time switch in the fused kernel
+// cost the conv's path 3-7% (their registers shared).
+//
 // Programmatic launch (sm_90): with the flag, every kernel issues its first
 // state loads, then waits for the previous kernel (griddepcontrol.wait)
 // before it reads the token's inputs.

@@ -862,8 +862,11 @@ __device__ __forceinline__ void fused_emit(const FusedSmem& sm, const Group& grp
 // warp g forms head g's into shared memory for all. A block writes its own
 // columns [lo, hi). No block reads another's shared memory, so none waits
 // for the others to leave.
+// zw (the vk norm alone, one column a thread): silu(z) and norm_weight of
+// the thread's column lo + tid, loaded at entry instead of into sm.z / sm.w.
 template <typename IO>
-__device__ __forceinline__ void fused_finish(const DecodeParams& p, const Group& grp, const FusedSmem& sm) {
+__device__ __forceinline__ void fused_finish(const DecodeParams& p, const Group& grp, const FusedSmem& sm,
+                                             const float* zw = nullptr) {
   if (p.norm_weight == nullptr) return;
   const int Dv = p.head_dim_v, G = grp.G;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;
@@ -897,7 +900,9 @@ __device__ __forceinline__ void fused_finish(const DecodeParams& p, const Group&
       const int64_t o_base = grp.b * p.o_batch_stride + int64_t(group_head(p, grp.hk, grp.g_lo, G)) * p.o_head_stride;
       for (int i = grp.lo + int(threadIdx.x); i < grp.hi; i += int(blockDim.x)) {
         const int j = grp.j_lo + (i - grp.lo);
-        static_cast<E*>(p.o)[o_base + j] = Elem<E>::from_float(sm.w[j] * sm.out[i] * rstd * sm.z[i]);
+        const bool own = zw != nullptr && i == grp.lo + int(threadIdx.x);
+        const float w = own ? zw[1] : sm.w[j], zg = own ? zw[0] : sm.z[i];
+        static_cast<E*>(p.o)[o_base + j] = Elem<E>::from_float(w * sm.out[i] * rstd * zg);
       }
     });
     return;
@@ -999,6 +1004,13 @@ __device__ __forceinline__ void zero_group_outputs(const DecodeParams& p, const 
   }
 }
 
+// Whether this compilation has the cluster instructions (sm_90 code).
+#if GDN_CLUSTERS
+constexpr bool kClusterCode = true;
+#else
+constexpr bool kClusterCode = false;
+#endif
+
 // Minimum blocks of 8 warps per SM: 32 resident warps for fp32 states (64
 // registers, no spills) and 24 for 16-bit ones (80 registers, a few bytes of
 // spill on some instantiations; at 32 warps ptxas spills hundreds), so many
@@ -1010,7 +1022,9 @@ __device__ __forceinline__ void zero_group_outputs(const DecodeParams& p, const 
 // by_hv divides by Hk; cluster > 1 only on sm_90, launched as a cluster);
 // warp w of block rank works on head g = (rank * W + w) / warps_per_head.
 // (Fused blocks, one per group, are few: they take 128 registers rather than spill.)
-template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused>
+// kNormOnly (with kFused, vk): the instantiation for the norm alone in
+// clusters (no prologue; see "the norm alone" below), launched only there.
+template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused, bool kNormOnly>
 __global__ void __launch_bounds__(8 * kWarp,
                                   GDN_VK_RING && !kFused ? (sizeof(T) == 4 ? 1024 : 768) / (8 * kWarp) : 2 / (1 + !GDN_VK_RING))
     decode_kernel(const __grid_constant__ DecodeParams p, int items_per_head, int items_per_warp,
@@ -1018,6 +1032,13 @@ __global__ void __launch_bounds__(8 * kWarp,
                   int warps_per_head, int cluster, bool small_loads_first, FusedArgs fdiv) {
   // The vk kernel (kv runs decode_kv_step_kernel or decode_kv_fused_kernel below).
   static_assert(kLayout == Layout::kVK, "kv runs its own kernels");
+  static_assert(kFused || !kNormOnly, "kNormOnly is a fused instantiation");
+  // kNormOnly runs only in clusters, i.e. from sm_90 code: compiled for
+  // sm_80 it is never launched, so it is left empty there.
+  if constexpr (kNormOnly && !kClusterCode) {
+    __trap();
+    return;
+  }
   constexpr int kColsPerItem = cols_per_item<T, kLayout, kDk, kP>();
   using VkT = VkTile<T, kDk, kP>;
   using V = Vec<T>;
@@ -1261,43 +1282,89 @@ __global__ void __launch_bounds__(8 * kWarp,
     if constexpr (!kFused) gate_in = load_gate_inputs<IO>(p, b, h);
   };
   GDN_MARK(0);
-  if constexpr (kFused)
-    start_fused_loads<IO, prologue_run<Layout::kVK>(), false>(p, grp, slots, sm, issue_state, issue_small);
-  else
-    start_step_loads(p, small_loads_first, issue_state, issue_small);
-  // ... then the values.
-  float vj = convert_v(v_first);
-  float qh[kRowsHeld], kh[kRowsHeld];
-  if (qk_global) {
+  float vj, qh[kRowsHeld], kh[kRowsHeld], decay, beta;
+  auto qk_from_raw = [&] {
 #pragma unroll
     for (int c = 0; c < kInner; ++c) {
       q_raw[c].to_float(qh + c * kVec, rows[c * kVec] < Dk);
       k_raw[c].to_float(kh + c * kVec, rows[c * kVec] < Dk);
     }
-  } else {
-    // the conv output of the group prologue
-#pragma unroll
-    for (int r = 0; r < kRowsHeld; ++r) {
-      const int i = rows[r];
-      qh[r] = i < Dk ? sm.qk[i] : 0.0f;
-      kh[r] = i < Dk ? sm.qk[Dk + i] : 0.0f;
+  };
+  // ---- the norm alone in a cluster (kNormOnly; decode_kernel.cuh, "The
+  // fused middle"): no prologue. Each warp loads its q, k, v rows and its
+  // head's gates as the step does, each thread the z and norm_weight of its
+  // own output column, and the state follows: no block barrier stands
+  // between the loads and the step, and the cluster barrier (the outputs'
+  // mbarrier ready) is arrived at once. Through the prologue, the q/k/v
+  // loads went out only after its z loads had landed and its barrier had
+  // passed. (A run-time switch in the fused kernel instead cost the conv's
+  // path 3-7% at B = 1 and 8, its register allocation shared.)
+  // The launch takes this instantiation only where the conv is off, the
+  // group is a cluster, and each block's columns lie in one head, at most
+  // one a thread.
+  constexpr bool kDirect = kNormOnly && kClusterCode && !std::is_same<IO, MixedIO>::value;
+  IoRun<IO, 1> z_pre, w_pre;  // silu(z) and norm_weight of the thread's column lo + tid (fused_finish)
+  if constexpr (kDirect) {
+    fused_begin(p, grp, sm);
+    if (p.programmatic_launch) issue_state();
+    wait_upstream();
+    GDN_MARK(1);
+    issue_small();
+    gate_in = load_gate_inputs<IO>(p, b, h);
+    const int t = int(threadIdx.x) < grp.hi - grp.lo ? int(threadIdx.x) : 0;
+    z_pre.load(p.qkv_dtype, p.z,
+               b * p.z_batch_stride + int64_t(group_head(p, hk, grp.g_lo, group_heads)) * p.z_head_stride +
+                   grp.j_lo + t);
+    w_pre.load(p.qkv_dtype, p.norm_weight, grp.j_lo + t);
+    GDN_MARK(9);
+    if (!p.programmatic_launch) {
+      issue_order_fence();
+      issue_state();
     }
-  }
-  float decay, beta;
-  if constexpr (kFused) {
-    decay = sm.decay[g];
-    beta = sm.beta[g];
-  } else {
+    GDN_MARK(10);
+    vj = convert_v(v_first);
+    qk_from_raw();
     const Gates gates = finish_gates(p, gate_in);
     decay = gates.decay;
     beta = gates.beta;
+    fused_arrive(p, grp, sm);  // (no conv windows: only the outputs' mbarrier)
+    GDN_MARK(13);
+  } else {
+    if constexpr (kFused)
+      start_fused_loads<IO, prologue_run<Layout::kVK>(), false>(p, grp, slots, sm, issue_state, issue_small);
+    else
+      start_step_loads(p, small_loads_first, issue_state, issue_small);
+    // ... then the values.
+    vj = convert_v(v_first);
+    if (qk_global) {
+      qk_from_raw();
+    } else {
+      // the conv output of the group prologue
+#pragma unroll
+      for (int r = 0; r < kRowsHeld; ++r) {
+        const int i = rows[r];
+        qh[r] = i < Dk ? sm.qk[i] : 0.0f;
+        kh[r] = i < Dk ? sm.qk[Dk + i] : 0.0f;
+      }
+    }
+    if constexpr (kFused) {
+      decay = sm.decay[g];
+      beta = sm.beta[g];
+    } else {
+      const Gates gates = finish_gates(p, gate_in);
+      decay = gates.decay;
+      beta = gates.beta;
+    }
   }
 
   // ---- 2. l2norm: the lanes of a column group hold all of Dk between them
   GDN_MARK(16);
   const float kq = l2_normalize<kReduceLow, kReduceSpan>(p, lane, qh, kh);
   GDN_MARK(3);
-  if constexpr (kFused) fused_mid<IO>(p, grp, slots, sm);
+  if constexpr (kDirect)
+    cluster_wait();  // every block's outputs' mbarrier is ready for the pushes
+  else if constexpr (kFused)
+    fused_mid<IO>(p, grp, slots, sm);
   GDN_MARK(4);
   // ---- 3. the warp's items, the next ones in flight (the ring's kStages - 1,
   // or one in registers) while one computes
@@ -1359,7 +1426,12 @@ __global__ void __launch_bounds__(8 * kWarp,
     vj = convert_v(v_next);
   }
   GDN_MARK(6);
-  if constexpr (kFused) fused_finish<IO>(p, grp, sm);
+  if constexpr (kDirect) {
+    const float zw[2] = {silu(z_pre.value()), w_pre.value()};
+    fused_finish<IO>(p, grp, sm, zw);
+  } else if constexpr (kFused) {
+    fused_finish<IO>(p, grp, sm);
+  }
   GDN_MARK(8);
 }
 
@@ -1972,15 +2044,15 @@ constexpr size_t smem_bytes(int warps_per_block) {
 #endif
 }
 
-// The kernel of (T, kLayout, kDk, kP, IO, kFused).
-template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused = false>
+// The kernel of (T, kLayout, kDk, kP, IO, kFused, kNormOnly: vk only).
+template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused = false, bool kNormOnly = false>
 const void* kernel_of() {
   if constexpr (kLayout == Layout::kKV && !kFused)
     return reinterpret_cast<const void*>(&decode_kv_step_kernel<T, kDk, kP, IO>);
   else if constexpr (kLayout == Layout::kKV)
     return reinterpret_cast<const void*>(&decode_kv_fused_kernel<T, kDk, kP, IO>);
   else
-    return reinterpret_cast<const void*>(&decode_kernel<T, kLayout, kDk, kP, IO, kFused>);
+    return reinterpret_cast<const void*>(&decode_kernel<T, kLayout, kDk, kP, IO, kFused, kNormOnly>);
 }
 
 // Whether the vk kernel's q and k rows (read from global memory when the
@@ -2103,6 +2175,9 @@ bool fused_ready() {
     static_assert(smem <= GDN_MAX_BLOCK_SMEM, "the ring and the fused stages exceed a block's shared memory");
     (void)cudaFuncSetAttribute(kernel_of<T, kLayout, kDk, kP, IO, true>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                int(smem));
+    if constexpr (kLayout == Layout::kVK && kClusters)
+      (void)cudaFuncSetAttribute(kernel_of<T, kLayout, kDk, kP, IO, true, true>(),
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     (void)cudaGetLastError();
     return 1;
   }) == 1;
@@ -2329,11 +2404,22 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
         }
         return launch_tile(std::integral_constant<int, kP>{});
       } else {
-        return launch_kernel(&decode_kernel<T, kLayout, kDk, kP, IO, kFused>, blocks,
-                             unsigned(g.warps_per_block * kWarp),
-                             smem_bytes<T, kLayout, kDk, kP>(g.warps_per_block) + fused_smem, stream, pdl,
-                             g.cluster, p, g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map, scale,
-                             g.group_heads, g.warps_per_head, g.cluster, g.small_loads_first, fdiv);
+        auto launch_vk = [&](auto kernel) {
+          return launch_kernel(kernel, blocks, unsigned(g.warps_per_block * kWarp),
+                               smem_bytes<T, kLayout, kDk, kP>(g.warps_per_block) + fused_smem, stream, pdl,
+                               g.cluster, p, g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map, scale,
+                               g.group_heads, g.warps_per_head, g.cluster, g.small_loads_first, fdiv);
+        };
+#if !defined(GDN_HIP)
+        // The norm alone in clusters whose blocks each own columns of one
+        // head, at most one a thread: its own instantiation (decode_kernel).
+        if constexpr (kFused && !std::is_same<IO, MixedIO>::value) {
+          if (p.conv_width == 0 && g.cluster > 1 && g.warps_per_head % g.warps_per_block == 0 &&
+              g.items_per_warp * cols_per_item<T, kLayout, kDk, kP>() <= kWarp)
+            return launch_vk(&decode_kernel<T, kLayout, kDk, kP, IO, true, true>);
+        }
+#endif
+        return launch_vk(&decode_kernel<T, kLayout, kDk, kP, IO, kFused, false>);
       }
     };
     return g.fused ? go(std::true_type{}) : go(std::false_type{});
