@@ -1036,7 +1036,9 @@ __global__ void __launch_bounds__(8 * kWarp,
   // kNormOnly runs only in clusters, i.e. from sm_90 code: compiled for
   // sm_80 it is never launched, so it is left empty there.
   if constexpr (kNormOnly && !kClusterCode) {
+#if !defined(GDN_HIP)
     __trap();
+#endif
     return;
   }
   constexpr int kColsPerItem = cols_per_item<T, kLayout, kDk, kP>();
