@@ -111,10 +111,10 @@
 // prologue made the q/k/v loads wait for its z loads and its barrier: step
 // + norm at B = 1 fp32 5.28 -> 4.74 us, bf16 4.95 -> 4.15, B = 8 4-5%
 // faster (H200, 2026-12-01, bench/RESULTS.md round 12). With the conv on,
-// the prologue stays: a warp computing the conv of its own q/k rows instead
-// (no block barrier; every warp loading every q/k window) was 1.5 us slower
-// at B = 1, and the same path behind a run-time switch in the fused kernel
-// cost the conv's path 3-7% (their registers shared).
+// the prologue stays: a warp computing the conv of its own q/k rows
+// instead (no block barrier; every warp loading every q/k window) was
+// 1.2-1.8 us slower at B = 1, and the same path behind a run-time switch
+// in the fused kernel cost the conv's path 3-7% (their registers shared).
 //
 // Programmatic launch (sm_90): with the flag, every kernel issues its first
 // state loads, then waits for the previous kernel (griddepcontrol.wait)
