@@ -145,6 +145,37 @@ RowsResult run_rows(gdn::Backend backend, const Problem& P, int64_t row0, int64_
   return RowsResult{o.download(), state.download(), P.conv ? cstate.download() : std::vector<uint8_t>{}};
 }
 
+// P's B rows twice (bitwise the same), then rows 0, 1, B / 2 and B - 1 each
+// alone with its state (and conv state) moved to a spare slot at the end of
+// the pools: bitwise the row inside the batch.
+void expect_invariant(gdn::Backend backend, const Problem& P) {
+  const int64_t B = P.B;
+  const RowsResult big = run_rows(backend, P, 0, B, P.idx, P.pool, P.conv_pool);
+  const RowsResult again = run_rows(backend, P, 0, B, P.idx, P.pool, P.conv_pool);
+  EXPECT_TRUE(big.o == again.o) << "output differs between two identical runs";
+  EXPECT_TRUE(big.pool == again.pool) << "state differs between two identical runs";
+  EXPECT_TRUE(big.conv_pool == again.conv_pool) << "conv state differs between two identical runs";
+
+  const size_t sb = P.slot_bytes(), cb = P.conv_slot_bytes();
+  const size_t ob = size_t(P.hv) * P.d * 4;
+  for (int64_t r : {int64_t(0), int64_t(1), B / 2, B - 1}) {
+    const int32_t spare = int32_t(P.slots - 1 - (r % 4));
+    const size_t from = size_t(P.idx[size_t(r)]);
+    std::vector<uint8_t> pool = P.pool, cpool = P.conv_pool;
+    std::memcpy(pool.data() + spare * sb, P.pool.data() + from * sb, sb);
+    if (P.conv) std::memcpy(cpool.data() + spare * cb, P.conv_pool.data() + from * cb, cb);
+    const RowsResult one = run_rows(backend, P, r, 1, {spare}, pool, cpool);
+    EXPECT_EQ(0, std::memcmp(one.o.data(), big.o.data() + size_t(r) * ob, ob))
+        << "row " << r << ": output alone differs bitwise from inside the batch of " << B;
+    EXPECT_EQ(0, std::memcmp(one.pool.data() + spare * sb, big.pool.data() + from * sb, sb))
+        << "row " << r << ": new state alone differs bitwise from inside the batch of " << B;
+    if (P.conv) {
+      EXPECT_EQ(0, std::memcmp(one.conv_pool.data() + spare * cb, big.conv_pool.data() + from * cb, cb))
+          << "row " << r << ": new conv state alone differs bitwise from inside the batch of " << B;
+    }
+  }
+}
+
 TEST_P(DecodeTest, DeterministicAndBatchInvariant) {
   // Large batches on GPUs (the split of V changes between B = 1 and B = 600:
   // on an H200 kv goes from 4-warp to 8-warp tiles, and fp32 vk from 1 item
@@ -152,33 +183,13 @@ TEST_P(DecodeTest, DeterministicAndBatchInvariant) {
   // heads, fp32 kv blocks take two tiles each and reduce them together, on
   // an A100 too); smaller on the host, whose reference arithmetic is slow.
   const bool host = backend() == gdn::Backend::kHost;
-  for (const int64_t B : host ? std::vector<int64_t>{24} : std::vector<int64_t>{48, 600}) {
+  for (const int64_t B : host ? std::vector<int64_t>{24} : std::vector<int64_t>{48, 600})
     for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
       for (gdn::Layout l : {gdn::Layout::kKV, gdn::Layout::kVK}) {
         SCOPED_TRACE(std::string("B ") + std::to_string(B) + ", state " + gdn::to_string(t) + ", layout " +
                      gdn::to_string(l));
-        const Problem P = make_problem(B, t, l, 77);
-        const RowsResult big = run_rows(backend(), P, 0, B, P.idx, P.pool);
-        const RowsResult again = run_rows(backend(), P, 0, B, P.idx, P.pool);
-        EXPECT_TRUE(big.o == again.o) << "output differs between two identical runs";
-        EXPECT_TRUE(big.pool == again.pool) << "state differs between two identical runs";
-
-        const size_t sb = P.slot_bytes();
-        const size_t ob = size_t(P.hv) * P.d * 4;
-        for (int64_t r : {int64_t(0), int64_t(1), B / 2, B - 1}) {
-          // The row alone, its state moved to the spare slot at the end of the pool.
-          const int32_t spare = int32_t(P.slots - 1 - (r % 4));
-          std::vector<uint8_t> pool = P.pool;
-          std::memcpy(pool.data() + spare * sb, P.pool.data() + size_t(P.idx[size_t(r)]) * sb, sb);
-          const RowsResult one = run_rows(backend(), P, r, 1, {spare}, pool);
-          EXPECT_EQ(0, std::memcmp(one.o.data(), big.o.data() + size_t(r) * ob, ob))
-              << "row " << r << ": output alone differs bitwise from inside the batch of " << B;
-          EXPECT_EQ(0, std::memcmp(one.pool.data() + spare * sb,
-                                   big.pool.data() + size_t(P.idx[size_t(r)]) * sb, sb))
-              << "row " << r << ": new state alone differs bitwise from inside the batch of " << B;
-        }
+        expect_invariant(backend(), make_problem(B, t, l, 77));
       }
-  }
 }
 
 TEST_P(DecodeTest, FusedMiddleDeterministicAndBatchInvariant) {
@@ -193,32 +204,7 @@ TEST_P(DecodeTest, FusedMiddleDeterministicAndBatchInvariant) {
           const bool conv = mode != 1, norm = mode != 2;
           SCOPED_TRACE(std::string("B ") + std::to_string(B) + (conv ? ", conv" : "") + (norm ? ", norm" : "") +
                        ", state " + gdn::to_string(t) + ", layout " + gdn::to_string(l));
-          const Problem P = make_problem(B, t, l, 78, conv, norm);
-          const RowsResult big = run_rows(backend(), P, 0, B, P.idx, P.pool, P.conv_pool);
-          const RowsResult again = run_rows(backend(), P, 0, B, P.idx, P.pool, P.conv_pool);
-          EXPECT_TRUE(big.o == again.o) << "output differs between two identical runs";
-          EXPECT_TRUE(big.pool == again.pool) << "state differs between two identical runs";
-          EXPECT_TRUE(big.conv_pool == again.conv_pool) << "conv state differs between two identical runs";
-
-          const size_t sb = P.slot_bytes(), cb = P.conv_slot_bytes();
-          const size_t ob = size_t(P.hv) * P.d * 4;
-          for (int64_t r : {int64_t(0), int64_t(1), B / 2, B - 1}) {
-            // The row alone, its states moved to the spare slot at the end of the pools.
-            const int32_t spare = int32_t(P.slots - 1 - (r % 4));
-            const size_t from = size_t(P.idx[size_t(r)]);
-            std::vector<uint8_t> pool = P.pool, cpool = P.conv_pool;
-            std::memcpy(pool.data() + spare * sb, P.pool.data() + from * sb, sb);
-            if (conv) std::memcpy(cpool.data() + spare * cb, P.conv_pool.data() + from * cb, cb);
-            const RowsResult one = run_rows(backend(), P, r, 1, {spare}, pool, cpool);
-            EXPECT_EQ(0, std::memcmp(one.o.data(), big.o.data() + size_t(r) * ob, ob))
-                << "row " << r << ": output alone differs bitwise from inside the batch of " << B;
-            EXPECT_EQ(0, std::memcmp(one.pool.data() + spare * sb, big.pool.data() + from * sb, sb))
-                << "row " << r << ": new state alone differs bitwise from inside the batch of " << B;
-            if (conv) {
-              EXPECT_EQ(0, std::memcmp(one.conv_pool.data() + spare * cb, big.conv_pool.data() + from * cb, cb))
-                  << "row " << r << ": new conv state alone differs bitwise from inside the batch of " << B;
-            }
-          }
+          expect_invariant(backend(), make_problem(B, t, l, 78, conv, norm));
         }
 }
 
