@@ -103,14 +103,15 @@
 //   blocks' outputs through distributed shared memory, the barriers and
 //   their fences were a fifth of the fused kernel's samples at B = 1).
 //
-// The norm alone in clusters (vk; conv off, each block's columns in one
-// head, at most one a thread) runs its own instantiation (kNormOnly) with no
+// The norm alone in clusters (conv off, each block's columns in one head,
+// at most one a thread) runs its own instantiation (kNormOnly) with no
 // prologue: each warp loads q, k, v and its head's gates as the step does,
 // each thread the z and norm_weight of its output column, then the state;
 // the cluster barrier (the outputs' mbarrier ready) is arrived at once. The
-// prologue made the q/k/v loads wait for its z loads and its barrier: step
-// + norm at B = 1 fp32 5.28 -> 4.74 us, bf16 4.95 -> 4.15, B = 8 4-5%
-// faster (H200, 2026-12-01, bench/RESULTS.md round 12). With the conv on,
+// prologue made the q/k/v loads wait for its z loads and its barrier. Step
+// + norm at B = 1 (H200, 2026-12-01, bench/RESULTS.md rounds 12 and 13):
+// vk fp32 5.28 -> 4.74 us, bf16 4.95 -> 4.15; kv fp32 5.07 -> 4.50, bf16
+// 4.80 -> 4.13; B = 8 4-9% faster. With the conv on,
 // the prologue stays: a warp computing the conv of its own q/k rows
 // instead (no block barrier; every warp loading every q/k window) was
 // 1.2-1.8 us slower at B = 1, and the same path behind a run-time switch

@@ -1646,10 +1646,18 @@ struct KvRegTile {
 // 10-19% at B = 64 to the halved occupancy. With the prologue's loads two
 // channels deep the MixedIO instantiations spill 64-124 bytes, the others at
 // most 28.)
-template <typename T, int kDk, int kW, typename IO>
+// kNormOnly: the instantiation for the norm alone in clusters (no prologue,
+// as decode_kernel's; launched only there, so empty in sm_80 code).
+template <typename T, int kDk, int kW, typename IO, bool kNormOnly>
 __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) : 1)
     decode_kv_fused_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
                            FastDiv by_hv, float scale, int group_heads, int cluster, FusedArgs fdiv) {
+  if constexpr (kNormOnly && !kClusterCode) {
+#if !defined(GDN_HIP)
+    __trap();
+#endif
+    return;
+  }
   using R = KvRegTile<T, kDk, kW>;
   using V = Vec<T>;
   constexpr int kVec = R::kVec, kRows = R::kRows, kCols = R::kCols, kThreads = R::kThreads;
@@ -1766,7 +1774,38 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     if (qk_global) load_qk_rows<IO>(p, b, hk, lane, Dk, q_raw, k_raw);
   };
   GDN_MARK(0);
-  start_fused_loads<IO, prologue_run<Layout::kKV>(), true>(p, grp, slots, sm, issue_state, issue_small);
+  // The norm alone in a cluster (kNormOnly, as decode_kernel's): no
+  // prologue. Every thread loads q, k and the gates of the block's one head,
+  // the finishing threads v, each thread the z and norm_weight of its own
+  // output column, then the state; the gates stay in registers.
+  constexpr bool kDirect = kNormOnly && kClusterCode && !std::is_same<IO, MixedIO>::value;
+  IoRun<IO, 1> z_pre, w_pre;  // silu(z) and norm_weight of the thread's column lo + tid (fused_finish)
+  float head_decay = 0.0f, head_beta = 0.0f;
+  if constexpr (kDirect) {
+    fused_begin(p, grp, sm);
+    if (p.programmatic_launch) issue_state();
+    wait_upstream();
+    GDN_MARK(1);
+    issue_small();
+    const int h_lo = group_head(p, hk, grp.g_lo, group_heads);
+    const GateInputs<IO> gin = load_gate_inputs<IO>(p, b, h_lo);
+    const int col = tid < grp.hi - grp.lo ? tid : 0;
+    z_pre.load(p.qkv_dtype, p.z, b * p.z_batch_stride + int64_t(h_lo) * p.z_head_stride + grp.j_lo + col);
+    w_pre.load(p.qkv_dtype, p.norm_weight, grp.j_lo + col);
+    GDN_MARK(9);
+    if (!p.programmatic_launch) {
+      issue_order_fence();
+      issue_state();
+    }
+    GDN_MARK(10);
+    const Gates gates = finish_gates(p, gin);
+    head_decay = gates.decay;
+    head_beta = gates.beta;
+    fused_arrive(p, grp, sm);  // (no conv windows: only the outputs' mbarrier)
+    GDN_MARK(13);
+  } else {
+    start_fused_loads<IO, prologue_run<Layout::kKV>(), true>(p, grp, slots, sm, issue_state, issue_small);
+  }
   // ... then the values.
   float vj = convert_v(v_first);
   float qh[kRows], kh[kRows];
@@ -1788,13 +1827,16 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   GDN_MARK(16);
   const float kq = R::normalize(p, qh, kh, qr, kr);
   GDN_MARK(3);
-  fused_mid<IO>(p, grp, slots, sm);
+  if constexpr (kDirect)
+    cluster_wait();  // every block's outputs' mbarrier is ready for the pushes
+  else
+    fused_mid<IO>(p, grp, slots, sm);
   GDN_MARK(4);
   // ---- 3. the block's tiles, kStagesHere - 1 of them in flight while one is reduced
   for (int stage = 0;; stage = stage + 1 == kStagesHere ? 0 : stage + 1) {
     const bool has_next = t + 1 < t_end;
     const Pos cur = pos(t);
-    const float decay = sm.decay[cur.g], beta = sm.beta[cur.g];
+    const float decay = kDirect ? head_decay : sm.decay[cur.g], beta = kDirect ? head_beta : sm.beta[cur.g];
     // Stage stage - 1 held the previous tile, which this thread has read.
     issue_tile(t + kStagesHere - 1, stage == 0 ? kStagesHere - 1 : stage - 1);
     VLoad v_next;
@@ -1832,7 +1874,12 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     vj = convert_v(v_next);
   }
   GDN_MARK(6);
-  fused_finish<IO>(p, grp, sm);
+  if constexpr (kDirect) {
+    const float zw[2] = {silu(z_pre.value()), w_pre.value()};
+    fused_finish<IO>(p, grp, sm, zw);
+  } else {
+    fused_finish<IO>(p, grp, sm);
+  }
   GDN_MARK(8);
 }
 
@@ -2046,13 +2093,13 @@ constexpr size_t smem_bytes(int warps_per_block) {
 #endif
 }
 
-// The kernel of (T, kLayout, kDk, kP, IO, kFused, kNormOnly: vk only).
+// The kernel of (T, kLayout, kDk, kP, IO, kFused, kNormOnly).
 template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused = false, bool kNormOnly = false>
 const void* kernel_of() {
   if constexpr (kLayout == Layout::kKV && !kFused)
     return reinterpret_cast<const void*>(&decode_kv_step_kernel<T, kDk, kP, IO>);
   else if constexpr (kLayout == Layout::kKV)
-    return reinterpret_cast<const void*>(&decode_kv_fused_kernel<T, kDk, kP, IO>);
+    return reinterpret_cast<const void*>(&decode_kv_fused_kernel<T, kDk, kP, IO, kNormOnly>);
   else
     return reinterpret_cast<const void*>(&decode_kernel<T, kLayout, kDk, kP, IO, kFused, kNormOnly>);
 }
@@ -2160,9 +2207,13 @@ int resident_warps_per_sm() {
   });
 }
 
-// The fused instantiation's dynamic shared-memory limit, raised once per
-// device (as above) to the most any launch of it asks for: 8 warps' ring,
-// a group of kMaxFusedGroup heads, Dv = kMaxHeadDim.
+// The fused instantiations' dynamic shared-memory limit, raised once per
+// device (as above) to the most any launch of them asks for: 8 warps' ring,
+// a group of kMaxFusedGroup heads, Dv = kMaxHeadDim. The kNormOnly twin is
+// referenced for every IO, MixedIO too, although the launch never runs that
+// one: built without it, every MixedIO launch of the fused kernel failed on
+// the H200 with "invalid resource handle" (nvcc 13.0, 2026-12-01; the
+// cause was not found).
 template <typename T, Layout kLayout, int kDk, int kP, typename IO>
 bool fused_ready() {
   static std::atomic<int> cache[kMaxCachedDevices];
@@ -2177,7 +2228,7 @@ bool fused_ready() {
     static_assert(smem <= GDN_MAX_BLOCK_SMEM, "the ring and the fused stages exceed a block's shared memory");
     (void)cudaFuncSetAttribute(kernel_of<T, kLayout, kDk, kP, IO, true>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                int(smem));
-    if constexpr (kLayout == Layout::kVK && kClusters)
+    if constexpr (kClusters)
       (void)cudaFuncSetAttribute(kernel_of<T, kLayout, kDk, kP, IO, true, true>(),
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     (void)cudaGetLastError();
@@ -2386,12 +2437,23 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
         // The tile of kW warps: kP, or (step) kKvSmallW where the plan chose it.
         auto launch_tile = [&](auto w_tag) {
           constexpr int kW = decltype(w_tag)::value;
-          if constexpr (kFused)
-            return launch_kernel(&decode_kv_fused_kernel<T, kDk, kW, IO>, blocks,
-                                 unsigned(KvTile<T, kDk, kW>::kThreads),
-                                 smem_bytes<T, kLayout, kDk, kW>(kW) + fused_smem, stream, pdl, g.cluster, p,
-                                 g.items_per_head, g.items_per_warp, by_hv, scale, g.group_heads, g.cluster, fdiv);
-          else
+          if constexpr (kFused) {
+            auto launch_kv = [&](auto kernel) {
+              return launch_kernel(kernel, blocks, unsigned(KvTile<T, kDk, kW>::kThreads),
+                                   smem_bytes<T, kLayout, kDk, kW>(kW) + fused_smem, stream, pdl, g.cluster, p,
+                                   g.items_per_head, g.items_per_warp, by_hv, scale, g.group_heads, g.cluster, fdiv);
+            };
+#if !defined(GDN_HIP)
+            // The norm alone in clusters whose blocks each own columns of
+            // one head, at most one a thread: its own instantiation.
+            if constexpr (!std::is_same<IO, MixedIO>::value) {
+              if (p.conv_width == 0 && g.cluster > 1 && g.items_per_head % g.items_per_warp == 0 &&
+                  g.items_per_warp * KvTile<T, kDk, kW>::kCols <= KvTile<T, kDk, kW>::kThreads)
+                return launch_kv(&decode_kv_fused_kernel<T, kDk, kW, IO, true>);
+            }
+#endif
+            return launch_kv(&decode_kv_fused_kernel<T, kDk, kW, IO, false>);
+          } else
             return launch_kernel(&decode_kv_step_kernel<T, kDk, kW, IO>, blocks,
                                  unsigned(KvTile<T, kDk, kW>::kThreads), kv_step_smem_bytes<T, kDk, kW>(),
                                  stream, pdl, 1, p,
