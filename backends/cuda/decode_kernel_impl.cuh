@@ -1777,7 +1777,10 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   // The norm alone in a cluster (kNormOnly, as decode_kernel's): no
   // prologue. Every thread loads q, k and the gates of the block's one head,
   // the finishing threads v, each thread the z and norm_weight of its own
-  // output column, then the state; the gates stay in registers.
+  // output column, then the state; the gates stay in registers. (The same
+  // sequence as decode_kernel's, written out in each kernel: one shared
+  // helper moved the head's index arithmetic ahead of the first loads and
+  // cost the 16-bit-state rows 1-1.3% at B = 1 and 8; H200, 2026-12-01.)
   constexpr bool kDirect = kNormOnly && kClusterCode && !std::is_same<IO, MixedIO>::value;
   IoRun<IO, 1> z_pre, w_pre;  // silu(z) and norm_weight of the thread's column lo + tid (fused_finish)
   float head_decay = 0.0f, head_beta = 0.0f;
