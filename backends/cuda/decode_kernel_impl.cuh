@@ -862,7 +862,7 @@ __device__ __forceinline__ void fused_emit(const FusedSmem& sm, const Group& grp
 // warp g forms head g's into shared memory for all. A block writes its own
 // columns [lo, hi). No block reads another's shared memory, so none waits
 // for the others to leave.
-// zw (the vk norm alone, one column a thread): silu(z) and norm_weight of
+// zw (the norm alone's instantiations, one column a thread): silu(z) and norm_weight of
 // the thread's column lo + tid, loaded at entry instead of into sm.z / sm.w.
 template <typename IO>
 __device__ __forceinline__ void fused_finish(const DecodeParams& p, const Group& grp, const FusedSmem& sm,
