@@ -307,7 +307,14 @@ __host__ __device__ constexpr size_t fused_smem_bytes(int G, int Dk, int Dv, boo
   return sizeof(float) * size_t(4 + 2 * Dk + 3 * G * Dv + Dv + 3 * G + (cluster ? 3 * 2 * Dk : 0));
 }
 
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+// silu(x) = x * sigmoid(x) = x / (1 + exp(-x)), the division by the fast
+// reciprocal (__fdividef, within 2 ulp; x = -inf gives NaN, as x / inf
+// does). The IEEE division has a slow-path branch, which made each silu a
+// region the compiler could not overlap with the next: a prologue thread's
+// eight (four conv channels, four z) ran one after the other, ~0.5 us of
+// the B = 1 fused call's chain (bench_fused trace: 0.87 us from the loads'
+// issue to the arithmetic's end with every input in L2).
+__device__ __forceinline__ float silu(float x) { return __fdividef(x, 1.0f + expf(-x)); }
 
 // Keeps the loads issued before it ahead of the ones after: the compiler
 // otherwise freely reorders independent loads, and put the state's copies
@@ -870,6 +877,9 @@ __device__ __forceinline__ void fused_finish(const DecodeParams& p, const Group&
   if (p.norm_weight == nullptr) return;
   const int Dv = p.head_dim_v, G = grp.G;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;
+  // 1 / Dv before the wait: the mean below is then a product, not a
+  // division (whose slow-path branch sat between the sum and the rsqrt)
+  const float inv_dv = 1.0f / float(Dv);
   if (grp.size > 1)
     outputs_wait(sm.bar);  // every block's pushes have landed
   else
@@ -893,7 +903,7 @@ __device__ __forceinline__ void fused_finish(const DecodeParams& p, const Group&
     // barrier or shared rstd stands between it and its stores; warps
     // holding none are done. (The whole test is uniform over a warp.)
     if (warp * kWarp >= grp.hi - grp.lo) return;
-    const float rstd = rsqrtf(head_ss(grp.g_lo) / float(Dv) + p.norm_eps);
+    const float rstd = rsqrtf(head_ss(grp.g_lo) * inv_dv + p.norm_eps);
     GDN_MARK(18);
     with_dtype<IO>(p.o_dtype, [&](auto tag) {
       using E = decltype(tag);
@@ -912,7 +922,7 @@ __device__ __forceinline__ void fused_finish(const DecodeParams& p, const Group&
   for (int g0 = 0; g0 < G; g0 += warps) {
     const int g = g0 + warp;
     const float ss = head_ss(g < G ? g : 0);
-    if (g < G && lane == 0) sm.rstd[g] = rsqrtf(ss / float(Dv) + p.norm_eps);
+    if (g < G && lane == 0) sm.rstd[g] = rsqrtf(ss * inv_dv + p.norm_eps);
   }
   __syncthreads();
   GDN_MARK(18);
