@@ -280,8 +280,8 @@ struct FusedArgs {
   FastDiv cluster, per_head;
   bool vector_runs{false};
 };
-// Channels a thread's prologue run takes (fused_prologue_runs' kRun): 4 in
-// the vk kernel, 2 in the kv kernel (64 registers).
+// Channels a thread's prologue run takes at most (fused_prologue_runs'
+// kRun): 4 in the vk kernel, 2 in the kv kernel (64 registers).
 template <Layout kLayout>
 constexpr int prologue_run() {
   return kLayout == Layout::kKV ? 2 : 4;
@@ -489,10 +489,11 @@ __device__ __forceinline__ void store_run(E* ptr, const E (&v)[N]) {
 // windows go back as W - 1 vector stores. The G gates go to the block's
 // last G threads, whose runs (if any) come last, so their arithmetic is off
 // the conv's path. kW = 0: no conv (norm only).
-// kRun: 4 in the vk kernel (128 registers; a 16-bit vk block of 128 threads
-// covers Qwen3.5's 272 channels in one round, where two channels a thread
-// took a second round issued only after the first had landed), 2 in the kv
-// kernel (64 registers). Measured on the H200 (bench_fused, 2026-11-30,
+// kRun: 2 in the kv kernel (64 registers); in the vk kernel (128
+// registers) 2 where the block has a thread for every run, else 4 (a 16-bit
+// vk block of 128 threads covers Qwen3.5's 272 channels in one round, where
+// two channels a thread took a second round issued only after the first had
+// landed; see fused_prologue). Measured on the H200 (bench_fused, 2026-11-30,
 // against the channel-by-channel form in the same call), the fused middle
 // at B = 1: bf16 vk 7.35 -> 5.78 us, fp32 vk 7.40 -> 6.70, fp32 kv 7.70 ->
 // 6.78 and bf16 kv 7.18 -> 6.32 (kv with its state issued first, see
@@ -689,6 +690,23 @@ __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Grou
   if constexpr (!std::is_same<IO, MixedIO>::value) {
     if ((W == 0 || (p.conv_state_tap_stride == 1 && p.conv_state_channel_stride == W - 1 && Dk % kRun == 0)) &&
         n_own % kRun == 0 && Dv % kRun == 0 && grp.one_head(Dv) && prologue_runs_aligned<IO, kRun>(grp)) {
+      // Runs of 2 where the block has a thread for each, else of kRun: the
+      // thread's arithmetic (two channels instead of four) is on the chain
+      // the whole group waits on. H200, bench_fused, 2026-12-01, fused
+      // middle: fp32 vk B = 1 5.78 -> 5.67 us, B = 8 13.0 -> 12.8, bf16 vk
+      // B = 8 8.75 -> 8.38 (256-thread blocks); bf16 vk at B = 1 (128
+      // threads, 144 runs of 2) keeps runs of 4: two runs of 2 a thread,
+      // their loads issued together, were 12% slower there.
+      if constexpr (kRun > 2) {
+        if (n <= 2 * nthreads) {
+          switch (W) {
+            case 0: fused_prologue_runs<IO, 0, 2>(p, grp, slots, sm, issue_state); return;
+            case 2: fused_prologue_runs<IO, 2, 2>(p, grp, slots, sm, issue_state); return;
+            case 3: fused_prologue_runs<IO, 3, 2>(p, grp, slots, sm, issue_state); return;
+            default: fused_prologue_runs<IO, 4, 2>(p, grp, slots, sm, issue_state); return;
+          }
+        }
+      }
       switch (W) {
         case 0: fused_prologue_runs<IO, 0, kRun>(p, grp, slots, sm, issue_state); return;
         case 2: fused_prologue_runs<IO, 2, kRun>(p, grp, slots, sm, issue_state); return;
