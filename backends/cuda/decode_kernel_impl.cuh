@@ -311,9 +311,11 @@ __host__ __device__ constexpr size_t fused_smem_bytes(int G, int Dk, int Dv, boo
 // reciprocal (__fdividef, within 2 ulp; x = -inf gives NaN, as x / inf
 // does). The IEEE division has a slow-path branch, which made each silu a
 // region the compiler could not overlap with the next: a prologue thread's
-// eight (four conv channels, four z) ran one after the other, ~0.5 us of
-// the B = 1 fused call's chain (bench_fused trace: 0.87 us from the loads'
-// issue to the arithmetic's end with every input in L2).
+// eight (four conv channels, four z) ran one after the other (bench_fused
+// trace, fp32 vk B = 1: 1.17 us from the prologue's loads to the end of its
+// arithmetic, 0.87 with every input in L2; 0.87 cold with this form). H200,
+// 2026-12-01, fused middle at B = 1: bf16 vk 5.17 -> 4.98 us, bf16 kv 5.12
+// -> 4.90, fp32 kv 5.35 -> 5.16, fp32 vk unchanged.
 __device__ __forceinline__ float silu(float x) { return __fdividef(x, 1.0f + expf(-x)); }
 
 // Keeps the loads issued before it ahead of the ones after: the compiler
