@@ -699,22 +699,19 @@ __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Grou
       // B = 8 8.75 -> 8.38 (256-thread blocks); bf16 vk at B = 1 (128
       // threads, 144 runs of 2) keeps runs of 4: two runs of 2 a thread,
       // their loads issued together, were 12% slower there.
-      if constexpr (kRun > 2) {
-        if (n <= 2 * nthreads) {
-          switch (W) {
-            case 0: fused_prologue_runs<IO, 0, 2>(p, grp, slots, sm, issue_state); return;
-            case 2: fused_prologue_runs<IO, 2, 2>(p, grp, slots, sm, issue_state); return;
-            case 3: fused_prologue_runs<IO, 3, 2>(p, grp, slots, sm, issue_state); return;
-            default: fused_prologue_runs<IO, 4, 2>(p, grp, slots, sm, issue_state); return;
-          }
+      auto by_runs = [&](auto run_tag) {  // run_tag: the run size, a std::integral_constant
+        constexpr int kR = decltype(run_tag)::value;
+        switch (W) {
+          case 0: fused_prologue_runs<IO, 0, kR>(p, grp, slots, sm, issue_state); return;
+          case 2: fused_prologue_runs<IO, 2, kR>(p, grp, slots, sm, issue_state); return;
+          case 3: fused_prologue_runs<IO, 3, kR>(p, grp, slots, sm, issue_state); return;
+          default: fused_prologue_runs<IO, 4, kR>(p, grp, slots, sm, issue_state); return;
         }
+      };
+      if constexpr (kRun > 2) {
+        if (n <= 2 * nthreads) return by_runs(std::integral_constant<int, 2>{});
       }
-      switch (W) {
-        case 0: fused_prologue_runs<IO, 0, kRun>(p, grp, slots, sm, issue_state); return;
-        case 2: fused_prologue_runs<IO, 2, kRun>(p, grp, slots, sm, issue_state); return;
-        case 3: fused_prologue_runs<IO, 3, kRun>(p, grp, slots, sm, issue_state); return;
-        default: fused_prologue_runs<IO, 4, kRun>(p, grp, slots, sm, issue_state); return;
-      }
+      return by_runs(std::integral_constant<int, kRun>{});
     }
   }
   bool issued = false;
