@@ -158,6 +158,13 @@ def decode(
     scale=None,
     head_map="interleaved",
     num_k_heads=None,
+    x=None,
+    conv_state=None,
+    conv_weight=None,
+    conv_bias=None,
+    z=None,
+    norm_weight=None,
+    norm_eps=1e-6,
     stream=None,
 ):
     """One GatedDeltaNet decode step (SPEC section 1); updates `state` in place, returns the output.
@@ -179,6 +186,20 @@ def decode(
       state_out_indices  [B], same dtype: row b writes slot state_out_indices[b] instead
                          (negative: output only, no state write)
       invalid_index_count  one uint32/int32 element, incremented per out-of-range index
+    The middle of a Qwen3-Next / Qwen3.5 layer, optional and fused into the same call:
+      x           instead of q, k, v / qkv: the raw projected row [B, 2*Hk*Dk + Hv*Dv]
+                  before the causal conv1d (causal_conv1d_update); q, k, v are
+                  silu(conv1d(window) + conv_bias) of it, never stored
+      conv_state  the conv pool [num_slots, conv_dim, W-1] (oldest tap first), or
+                  [num_slots, W-1, conv_dim]; any strides with one of the two innermost
+                  contiguous (a transposed view works); same slots as `state`; shifted
+                  by one and x appended, in place
+      conv_weight [conv_dim, W] or [conv_dim, 1, W] (nn.Conv1d's), W = 2, 3 or 4
+      conv_bias   [conv_dim], optional
+      z, norm_weight  the gated RMSNorm of each v-head's output (Qwen3-Next RMSNormGated):
+                  out = norm_weight * o * rsqrt(mean(o^2) + norm_eps) * silu(z), in float32
+                  before the output's rounding; z [B, Hv, Dv] (or [B, Hv*Dv]), norm_weight [Dv]
+      x, conv_state, conv_weight, conv_bias, z and norm_weight share the inputs' dtype.
     Conventions: layout "kv"/"vk"; gate "raw"/"precomputed"; l2norm "rsqrt"
     (x*rsqrt(sum x^2 + eps)), "max_norm" (x / max(||x||, eps), torch F.normalize) or "none";
     head_map "interleaved" (h // G) or "tiled" (h % Hk); scale None = Dk**-0.5.
@@ -193,9 +214,10 @@ def decode(
         raise ValueError("state: required")
     if a is None or b is None:
         raise ValueError("a, b: required")
-    ref = qkv if qkv is not None else q
+    ref = x if x is not None else qkv if qkv is not None else q
     if ref is None:
-        raise ValueError("q, k, v: all three are required (or one packed qkv row)")
+        raise ValueError("q, k, v: all three are required (or one packed qkv row, or x with "
+                         "the conv prologue)")
     layout_id = _choice("layout", layout, LAYOUTS)
     if out is None:
         if len(state.shape) != 4:
@@ -222,7 +244,9 @@ def decode(
         from .torch import _ops
 
         _ops.run(q, k, v, qkv, a, b, A_log, dt_bias, state, out, state_indices,
-                 state_out_indices, invalid_index_count, *options, stream=int(stream))
+                 state_out_indices, invalid_index_count, *options, stream=int(stream), x=x,
+                 conv_state=conv_state, conv_weight=conv_weight, conv_bias=conv_bias, z=z,
+                 norm_weight=norm_weight, norm_eps=norm_eps)
         return out
     _gdnkit.decode(
         _numpy_view(q),
@@ -240,6 +264,13 @@ def decode(
         invalid_index_count,
         *options,
         int(stream),
+        _numpy_view(x),
+        _numpy_view(conv_state),
+        _numpy_view(conv_weight),
+        _numpy_view(conv_bias),
+        _numpy_view(z),
+        _numpy_view(norm_weight),
+        float(norm_eps),
     )
     return out
 

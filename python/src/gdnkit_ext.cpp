@@ -239,15 +239,20 @@ struct Options {
   int head_map{int(gdn::HeadMap::kInterleaved)};
   int64_t num_k_heads{0};  // 0: from the shapes
   uint64_t stream{0};
+  double norm_eps{1e-6};
 };
 
 struct Arrays {
   ArrayView q, k, v, qkv, a, b, A_log, dt_bias, state, o, idx, out_idx, counter;
+  // the conv1d prologue (x instead of q, k, v) and the gated RMSNorm epilogue
+  ArrayView x, conv_state, conv_weight, conv_bias, z, norm_weight;
   Arrays() {
     q.name = "q"; k.name = "k"; v.name = "v"; qkv.name = "qkv";
     a.name = "a"; b.name = "b"; A_log.name = "A_log"; dt_bias.name = "dt_bias";
     state.name = "state"; o.name = "out"; idx.name = "state_indices";
     out_idx.name = "state_out_indices"; counter.name = "invalid_index_count";
+    x.name = "x"; conv_state.name = "conv_state"; conv_weight.name = "conv_weight";
+    conv_bias.name = "conv_bias"; z.name = "z"; norm_weight.name = "norm_weight";
   }
 };
 
@@ -280,16 +285,104 @@ void raise_status(const gdn::Status& st) {
   }
 }
 
+// A tensor of the prologue or epilogue, which the library reads in x's (qkv_dtype) dtype.
+void need_qkv_dtype(const ArrayView& a, const ArrayView& ref) {
+  if (need_dtype(a) != need_dtype(ref))
+    refuse(format("%s: dtype %s differs from %s's %s (the conv prologue's and the norm's tensors "
+                  "share the inputs' dtype)",
+                  a.name, dtype_name(a.code, a.bits), ref.name, dtype_name(ref.code, ref.bits)));
+}
+
+// The conv1d prologue: W from conv_weight, the conv state pool's layout from its shape.
+// Sizes, qkv_dtype and the pool's num_slots must be set.
+void set_conv(Arrays& x, gdn::DecodeParams& p) {
+  const int64_t cdim = gdn::conv_dim(p);
+  // conv_weight: (conv_dim, W), or torch Conv1d's (conv_dim, 1, W); dense.
+  const ArrayView& w = x.conv_weight;
+  const bool conv1d_shape = w.ndim == 3 && w.shape[1] == 1;
+  if (!(w.ndim == 2 || conv1d_shape) || w.shape[0] != cdim)
+    refuse(format("conv_weight: expected (conv_dim=%lld, W) or (conv_dim, 1, W), got shape %s",
+                  (long long)cdim, w.shape_str().c_str()));
+  const int64_t W = w.shape[w.ndim - 1];
+  if (W < 2 || W > 4)
+    refuse(format("conv_weight: width W=%lld (its last dimension) is not 2, 3 or 4", (long long)W));
+  if (w.strides[w.ndim - 1] != 1 || (cdim > 1 && w.strides[0] != W))
+    refuse(format("conv_weight: must be contiguous, got strides %s for shape %s",
+                  w.strides_str().c_str(), w.shape_str().c_str()));
+  need_qkv_dtype(w, x.x);
+  p.conv_width = int32_t(W);
+  p.conv_weight = w.data;
+  if (x.conv_bias.present) {
+    need_vector(x.conv_bias, cdim, "conv_dim, one per channel");
+    need_qkv_dtype(x.conv_bias, x.x);
+    p.conv_bias = x.conv_bias.data;
+  }
+  // conv_state: (slots, conv_dim, W-1) or (slots, W-1, conv_dim) with any strides the
+  // library accepts (conv_dim >= 3 * 16 never equals W-1, so the shape says which).
+  const ArrayView& c = x.conv_state;
+  const int64_t taps = W - 1;
+  int cd = -1;
+  if (c.ndim == 3 && c.shape[1] == cdim && c.shape[2] == taps) cd = 1;
+  if (c.ndim == 3 && c.shape[1] == taps && c.shape[2] == cdim) cd = 2;
+  if (cd < 0)
+    refuse(format("conv_state: expected (num_slots, conv_dim=%lld, W-1=%lld) or (num_slots, W-1, "
+                  "conv_dim), got shape %s",
+                  (long long)cdim, (long long)taps, c.shape_str().c_str()));
+  if (c.shape[0] < p.num_slots)
+    refuse(format("conv_state: %lld slots, fewer than the state pool's %lld", (long long)c.shape[0],
+                  (long long)p.num_slots));
+  need_qkv_dtype(c, x.x);
+  int64_t ch = c.strides[cd], tap = c.strides[3 - cd];
+  // The stride of a size-1 dimension means nothing (frameworks report anything).
+  if (taps == 1) tap = ch == 1 ? cdim : 1;
+  p.conv_state = c.data;
+  p.conv_state_channel_stride = ch;
+  p.conv_state_tap_stride = tap;
+  p.conv_state_slot_stride = c.shape[0] > 1 ? c.strides[0]
+                             : ch == 1      ? (taps - 1) * tap + cdim
+                                            : (cdim - 1) * ch + taps;
+}
+
+// The gated RMSNorm: z (B, Hv, Dv) and norm_weight (Dv).
+void set_norm(Arrays& x, const Options& opt, int64_t B, gdn::DecodeParams& p) {
+  const int64_t Hv = p.num_v_heads, Dv = p.head_dim_v;
+  const RHD z = as_rhd(x.z, Dv);
+  if (z.rows != B || z.heads != Hv || z.dim != Dv)
+    refuse(format("z: shape %s, expected [B=%lld, Hv=%lld, Dv=%lld]", x.z.shape_str().c_str(),
+                  (long long)B, (long long)Hv, (long long)Dv));
+  const ArrayView& ref = x.x.present ? x.x : x.qkv.present ? x.qkv : x.q;
+  need_qkv_dtype(x.z, ref);
+  need_vector(x.norm_weight, Dv, "Dv, one per output column");
+  need_qkv_dtype(x.norm_weight, ref);
+  p.z = x.z.data;
+  p.z_batch_stride = z.row_stride;
+  p.z_head_stride = z.head_stride;
+  p.norm_weight = x.norm_weight.data;
+  p.norm_eps = float(opt.norm_eps);
+}
+
 // Check the arrays against each other, fill DecodeParams, run.
 void run_decode(Arrays& x, const Options& opt) {
-  for (ArrayView* p : {&x.q, &x.k, &x.v, &x.qkv, &x.a, &x.b, &x.o, &x.idx, &x.out_idx})
+  for (ArrayView* p : {&x.q, &x.k, &x.v, &x.qkv, &x.a, &x.b, &x.o, &x.idx, &x.out_idx, &x.x, &x.z})
     if (p->present) p->canonicalize_if_empty();
-  const bool packed = x.qkv.present;
+  const bool conv = x.x.present;
+  const bool norm = x.norm_weight.present;
+  // x (the conv prologue's input) is a packed row too: it takes qkv's path below.
+  const bool packed = x.qkv.present || conv;
   const bool raw_gate = opt.gate == int(gdn::Gate::kRaw);
-  if (packed && (x.q.present || x.k.present || x.v.present))
+  if (conv && (x.qkv.present || x.q.present || x.k.present || x.v.present))
+    refuse("x: give either x (the conv prologue's input) or q, k, v / qkv, not both");
+  if (x.qkv.present && (x.q.present || x.k.present || x.v.present))
     refuse("qkv: give either one packed qkv row or q, k and v, not both");
   if (!packed && !(x.q.present && x.k.present && x.v.present))
-    refuse("q, k, v: all three are required (or one packed qkv row)");
+    refuse("q, k, v: all three are required (or one packed qkv row, or x with the conv prologue)");
+  if (conv && !x.conv_state.present) refuse("conv_state: required with x (the conv prologue)");
+  if (conv && !x.conv_weight.present) refuse("conv_weight: required with x (the conv prologue)");
+  if (!conv)
+    for (const ArrayView* c : {&x.conv_state, &x.conv_weight, &x.conv_bias})
+      if (c->present) refuse(format("%s: given without x (the conv prologue's input)", c->name));
+  if (norm && !x.z.present) refuse("z: required with norm_weight (the gated RMSNorm)");
+  if (!norm && x.z.present) refuse("norm_weight: required with z (the gated RMSNorm)");
   if (!x.a.present) refuse("a: required");
   if (!x.b.present) refuse("b: required");
   if (!x.state.present) refuse("state: required");
@@ -301,7 +394,8 @@ void run_decode(Arrays& x, const Options& opt) {
 
   // ---- one device for every array
   ArrayView* all[] = {&x.state, &x.q, &x.k, &x.v, &x.qkv, &x.a, &x.b, &x.A_log, &x.dt_bias,
-                      &x.o, &x.idx, &x.out_idx, &x.counter};
+                      &x.o, &x.idx, &x.out_idx, &x.counter, &x.x, &x.conv_state,
+                      &x.conv_weight, &x.conv_bias, &x.z, &x.norm_weight};
   const ArrayView& ref = x.state;
   const Space space = space_of(ref.dev_type);
   if (space == Space::kOther)
@@ -376,29 +470,34 @@ void run_decode(Arrays& x, const Options& opt) {
 
   // ---- q, k, v
   if (packed) {
-    const ArrayView& w = x.qkv;
+    const ArrayView& w = conv ? x.x : x.qkv;
     need_contiguous_last(w);
     if (w.ndim < 2)
-      refuse(format("qkv: expected [B, 2*Hk*Dk + Hv*Dv] or [B, 1, ...], got shape %s",
+      refuse(format("%s: expected [B, 2*Hk*Dk + Hv*Dv] or [B, 1, ...], got shape %s", w.name,
                     w.shape_str().c_str()));
     int64_t rows = 0, rstride = 0;
     collapse_rows(w, w.ndim - 1, &rows, &rstride);
     const int64_t width = w.shape[w.ndim - 1];
     const int64_t key_width = width - Hv * Dv;
     if (key_width <= 0 || key_width % (2 * Dk) != 0)
-      refuse(format("qkv: width %lld is not 2*Hk*Dk + Hv*Dv for Hv=%lld, Dk=%lld, Dv=%lld",
+      refuse(format("%s: width %lld is not 2*Hk*Dk + Hv*Dv for Hv=%lld, Dk=%lld, Dv=%lld", w.name,
                     (long long)width, (long long)Hv, (long long)Dk, (long long)Dv));
     const int64_t Hk = key_width / (2 * Dk);
     if (opt.num_k_heads > 0 && opt.num_k_heads != Hk)
-      refuse(format("qkv: width %lld gives Hk=%lld, but num_k_heads=%lld", (long long)width,
+      refuse(format("%s: width %lld gives Hk=%lld, but num_k_heads=%lld", w.name, (long long)width,
                     (long long)Hk, (long long)opt.num_k_heads));
     if (rows != B)
-      refuse(format("qkv: %lld rows, but a has %lld", (long long)rows, (long long)B));
-    if (Hk > INT32_MAX) refuse("qkv: too many k-heads");
+      refuse(format("%s: %lld rows, but a has %lld", w.name, (long long)rows, (long long)B));
+    if (Hk > INT32_MAX) refuse(format("%s: too many k-heads", w.name));
     p.num_k_heads = int32_t(Hk);
     p.qkv_dtype = need_dtype(w);
     if (rows <= 1) rstride = width;
-    gdn::set_packed_qkv(p, w.data, rstride);
+    if (conv) {
+      p.x = w.data;
+      p.x_batch_stride = rstride;
+    } else {
+      gdn::set_packed_qkv(p, w.data, rstride);
+    }
   } else {
     const RHD q = as_rhd(x.q, Dk);
     const RHD k = as_rhd(x.k, Dk);
@@ -435,6 +534,9 @@ void run_decode(Arrays& x, const Options& opt) {
     p.v_batch_stride = v.row_stride;
     p.v_head_stride = v.head_stride;
   }
+
+  if (conv) set_conv(x, p);
+  if (norm) set_norm(x, opt, B, p);
 
   // ---- parameters of the raw gate
   if (raw_gate) {
@@ -559,10 +661,11 @@ void decode_dlpack(nb::handle q, nb::handle k, nb::handle v, nb::handle qkv, nb:
                    nb::handle out, nb::handle state_indices, nb::handle state_out_indices,
                    nb::handle invalid_index_count, int layout, int gate, int l2norm,
                    double l2norm_eps, double scale, int head_map, int64_t num_k_heads,
-                   uint64_t stream) {
+                   uint64_t stream, nb::handle x_in, nb::handle conv_state, nb::handle conv_weight,
+                   nb::handle conv_bias, nb::handle z, nb::handle norm_weight, double norm_eps) {
   Arrays x;
-  InArray in[10];
-  OutArray outs[3];
+  InArray in[15];
+  OutArray outs[4];
   import_in(q, &x.q, &in[0]);
   import_in(k, &x.k, &in[1]);
   import_in(v, &x.v, &in[2]);
@@ -576,7 +679,13 @@ void decode_dlpack(nb::handle q, nb::handle k, nb::handle v, nb::handle qkv, nb:
   import_out(state, &x.state, &outs[0]);
   import_out(out, &x.o, &outs[1]);
   import_out(invalid_index_count, &x.counter, &outs[2]);
-  run_decode(x, Options{layout, gate, l2norm, l2norm_eps, scale, head_map, num_k_heads, stream});
+  import_in(x_in, &x.x, &in[10]);
+  import_out(conv_state, &x.conv_state, &outs[3]);
+  import_in(conv_weight, &x.conv_weight, &in[11]);
+  import_in(conv_bias, &x.conv_bias, &in[12]);
+  import_in(z, &x.z, &in[13]);
+  import_in(norm_weight, &x.norm_weight, &in[14]);
+  run_decode(x, Options{layout, gate, l2norm, l2norm_eps, scale, head_map, num_k_heads, stream, norm_eps});
 }
 
 // ---- raw path (the PyTorch ops) --------------------------------------------------
@@ -613,7 +722,8 @@ void decode_raw(nb::handle q, nb::handle k, nb::handle v, nb::handle qkv, nb::ha
                 nb::handle out, nb::handle state_indices, nb::handle state_out_indices,
                 nb::handle invalid_index_count, int layout, int gate, int l2norm,
                 double l2norm_eps, double scale, int head_map, int64_t num_k_heads,
-                uint64_t stream) {
+                uint64_t stream, nb::handle x_in, nb::handle conv_state, nb::handle conv_weight,
+                nb::handle conv_bias, nb::handle z, nb::handle norm_weight, double norm_eps) {
   Arrays x;
   import_raw(q, &x.q);
   import_raw(k, &x.k);
@@ -628,7 +738,13 @@ void decode_raw(nb::handle q, nb::handle k, nb::handle v, nb::handle qkv, nb::ha
   import_raw(state_indices, &x.idx);
   import_raw(state_out_indices, &x.out_idx);
   import_raw(invalid_index_count, &x.counter);
-  run_decode(x, Options{layout, gate, l2norm, l2norm_eps, scale, head_map, num_k_heads, stream});
+  import_raw(x_in, &x.x);
+  import_raw(conv_state, &x.conv_state);
+  import_raw(conv_weight, &x.conv_weight);
+  import_raw(conv_bias, &x.conv_bias);
+  import_raw(z, &x.z);
+  import_raw(norm_weight, &x.norm_weight);
+  run_decode(x, Options{layout, gate, l2norm, l2norm_eps, scale, head_map, num_k_heads, stream, norm_eps});
 }
 
 gdn::Backend backend_from_name(const std::string& name) {
@@ -651,7 +767,10 @@ NB_MODULE(_gdnkit, m) {
       nb::arg("state_indices").none(), nb::arg("state_out_indices").none(),                    \
       nb::arg("invalid_index_count").none(), nb::arg("layout"), nb::arg("gate"),               \
       nb::arg("l2norm"), nb::arg("l2norm_eps"), nb::arg("scale"), nb::arg("head_map"),         \
-      nb::arg("num_k_heads"), nb::arg("stream")
+      nb::arg("num_k_heads"), nb::arg("stream"), nb::arg("x").none() = nb::none(),            \
+      nb::arg("conv_state").none() = nb::none(), nb::arg("conv_weight").none() = nb::none(),   \
+      nb::arg("conv_bias").none() = nb::none(), nb::arg("z").none() = nb::none(),              \
+      nb::arg("norm_weight").none() = nb::none(), nb::arg("norm_eps") = 1e-6
 
   m.def("decode", &decode_dlpack, GDNKIT_DECODE_ARGS,
         "One decode step on DLPack arrays (see gdnkit.decode for the friendly front end).");

@@ -380,6 +380,192 @@ def test_ml_dtypes_bfloat16():
     check(c, out.view(np.uint16), pool.view(np.uint16))
 
 
+# ---- the middle of a layer: conv1d prologue and gated RMSNorm ------------------------------
+
+def silu(t):
+    return t / (1.0 + np.exp(-t))
+
+
+def make_middle_case(seed, *, conv=True, norm=True, W=4, tap_major=False, bias=True, **kw):
+    """make_case plus the conv prologue's and the norm's inputs (realistic ranges: conv
+    weights of a trained depthwise conv are O(0.1-1), norm weights near 1)."""
+    c = make_case(seed, **kw)
+    rng = np.random.default_rng(seed + 7919)
+    B, Hk, Hv, Dk, Dv, kind = c["B"], c["Hk"], c["Hv"], c["Dk"], c["Dv"], c["qkv"]
+    cdim = 2 * Hk * Dk + Hv * Dv
+    c.update(conv=conv, norm=norm, W=W, tap_major=tap_major, cdim=cdim, norm_eps=1e-6)
+    if conv:
+        c["x"] = store(rng.standard_normal((B, cdim)), kind)
+        cs = store(rng.standard_normal((c["pool"].shape[0], cdim, W - 1)), kind)
+        c["conv_state"] = np.ascontiguousarray(cs.transpose(0, 2, 1)) if tap_major else cs
+        c["conv_weight"] = store(rng.normal(0.0, 0.5, (cdim, W)), kind)
+        c["conv_bias"] = store(rng.normal(0.0, 0.1, cdim), kind) if bias else None
+    if norm:
+        c["z"] = store(rng.standard_normal((B, Hv, Dv)), kind)
+        c["norm_weight"] = store(rng.uniform(0.5, 1.5, Dv), kind)
+    return c
+
+
+def channel_major(cs, c):
+    return cs.transpose(0, 2, 1) if c["tap_major"] else cs
+
+
+def expected_middle(c):
+    """(o, new state pool, new conv pool (channel-major) or None, invalid count), float64:
+    the conv output y is never rounded (the generator's convention, tools/gen_golden.py)."""
+    B, Hk, Hv, Dk, Dv, kind = c["B"], c["Hk"], c["Hv"], c["Dk"], c["Dv"], c["qkv"]
+    new_cs = None
+    if c["conv"]:
+        x = value(c["x"], kind)
+        cs = channel_major(value(c["conv_state"], kind), c)
+        w = value(c["conv_weight"], kind)
+        bias = value(c["conv_bias"], kind) if c["conv_bias"] is not None else np.zeros(c["cdim"])
+        S = cs.shape[0]
+        new_cs = cs.copy()
+        y = np.zeros((B, c["cdim"]))
+        for r in range(B):
+            s = int(c["idx"][r]) if c["idx"] is not None else r
+            so = int(c["out_idx"][r]) if c["out_idx"] is not None else s
+            if s < 0 or s >= S:
+                continue  # padding: neither pool is read or written
+            window = np.concatenate([cs[s], x[r][:, None]], axis=1)  # (conv_dim, W), oldest first
+            # y[c] = silu(sum_j w[c, j] window[c, j] + bias[c])
+            y[r] = silu((w * window).sum(axis=1) + bias)
+            if 0 <= so < S:
+                new_cs[so] = window[:, 1:]
+        q = y[:, : Hk * Dk].reshape(B, Hk, Dk)
+        k = y[:, Hk * Dk: 2 * Hk * Dk].reshape(B, Hk, Dk)
+        v = y[:, 2 * Hk * Dk:].reshape(B, Hv, Dv)
+    else:
+        q, k, v = (value(c[n], kind) for n in ("q", "k", "v"))
+    pool = value(c["pool"], c["state"])
+    kv = pool if c["layout"] == "kv" else pool.transpose(0, 1, 3, 2)
+    scale = c["scale"] if c["scale"] else Dk ** -0.5
+    o, new, invalid = reference(
+        q, k, v, value(c["a"], c["ab"]), value(c["b"], c["ab"]),
+        None if c["A_log"] is None else c["A_log"].astype(np.float64),
+        None if c["dt_bias"] is None else c["dt_bias"].astype(np.float64),
+        kv, c["idx"], c["out_idx"], gate=c["gate"], l2=c["l2"], eps=c["eps"], scale=scale,
+        head_map=c["head_map"])
+    if c["layout"] == "vk":
+        new = new.transpose(0, 1, 3, 2)
+    if c["norm"]:
+        z, nw = value(c["z"], kind), value(c["norm_weight"], kind)
+        # out = w * o / sqrt(mean(o^2) + eps) * silu(z), per v-head; padding rows stay zero
+        S = c["pool"].shape[0]
+        live = np.array([c["idx"] is None or 0 <= int(c["idx"][r]) < S for r in range(B)])
+        rms = np.sqrt((o * o).mean(axis=-1, keepdims=True) + c["norm_eps"])
+        o = np.where(live[:, None, None], nw * (o / rms) * silu(z), 0.0)
+    return o, new, new_cs, invalid
+
+
+def run_middle(c, **overrides):
+    """gdnkit.decode with the case's prologue and epilogue, on copies of both pools."""
+    pool = c["pool"].copy()
+    conv_state = c["conv_state"].copy() if c["conv"] else None
+    counter = np.zeros(1, np.uint32)
+    kw = dict(
+        A_log=c["A_log"], dt_bias=c["dt_bias"], state_indices=c["idx"],
+        state_out_indices=c["out_idx"], invalid_index_count=counter, layout=c["layout"],
+        gate=c["gate"], l2norm=c["l2"], l2norm_eps=c["eps"], scale=c["scale"],
+        head_map=c["head_map"],
+        out_dtype={"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[c["out"]],
+    )
+    if c["conv"]:
+        kw.update(x=c["x"], conv_state=conv_state, conv_weight=c["conv_weight"],
+                  conv_bias=c["conv_bias"])
+    else:
+        kw.update(q=c["q"], k=c["k"], v=c["v"])
+    if c["norm"]:
+        kw.update(z=c["z"], norm_weight=c["norm_weight"], norm_eps=c["norm_eps"])
+    kw.update(overrides)
+    out = gdnkit.decode(a=c["a"], b=c["b"], state=kw.pop("state", pool), **kw)
+    return out, pool, conv_state, counter
+
+
+def check_middle(c, out, pool, conv_state, counter):
+    o_ref, s_ref, cs_ref, invalid = expected_middle(c)
+    o = value(out, c["out"]).reshape(o_ref.shape)
+    s = value(pool, c["state"])
+    assert rel_err(o, o_ref) <= TOL_OUT[c["out"]], f"output error {rel_err(o, o_ref):.3g}"
+    assert rel_err(s, s_ref) <= TOL_STATE[c["state"]], f"state error {rel_err(s, s_ref):.3g}"
+    if c["conv"]:
+        # the conv state only moves values: bitwise, untouched slots included
+        assert np.array_equal(channel_major(value(conv_state, c["qkv"]), c), cs_ref)
+    if c["idx"] is not None:
+        S = c["pool"].shape[0]
+        for r, s_in in enumerate(c["idx"]):
+            if s_in < 0 or s_in >= S:
+                assert not np.any(o[r]), f"padding row {r} is not zero"
+    assert int(counter[0]) == invalid
+
+
+MIDDLE_CASES = {
+    # name: make_middle_case arguments
+    "conv_norm_w4_bf16_vk": dict(W=4, qkv="bf16", state="f32", layout="vk", Hk=2, G=2),
+    "conv_norm_w3_f32_kv_dk64_dv128": dict(W=3, qkv="f32", state="f32", layout="kv", Dv=128),
+    "conv_norm_w2_f16_bf16state_vk": dict(W=2, qkv="f16", state="bf16", layout="vk", B=3),
+    "conv_w4_f32_vk_no_bias": dict(norm=False, W=4, qkv="f32", layout="vk", bias=False),
+    "conv_w3_bf16_kv_tap_major_tiled": dict(norm=False, W=3, qkv="bf16", state="bf16", layout="kv",
+                                           tap_major=True, Hk=2, G=2, head_map="tiled"),
+    "norm_f32_kv": dict(conv=False, qkv="f32", layout="kv", B=3),
+    "norm_bf16_vk_out_f32": dict(conv=False, qkv="bf16", state="bf16", out="f32", layout="vk"),
+    "conv_norm_f16_out_f32_maxnorm": dict(W=4, qkv="f16", out="f32", layout="kv", l2="max_norm",
+                                          scale=0.3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MIDDLE_CASES))
+def test_middle(name):
+    c = make_middle_case(sum(map(ord, name)), **MIDDLE_CASES[name])
+    check_middle(c, *run_middle(c))
+
+
+@pytest.mark.parametrize("layout", ["kv", "vk"])
+@pytest.mark.parametrize("indices", ["i32", "i64"])
+def test_middle_pool_padding_invalid(layout, indices):
+    """Slots, padding rows, separate write slots and out-of-range indices: both pools."""
+    c = make_middle_case(61 if layout == "kv" else 62, B=6, Hk=1, G=2, layout=layout,
+                         qkv="bf16", state="f32", indices=indices, pool_extra=4, padding=2,
+                         out_indices=True, invalid=True, W=4)
+    out, pool, conv_state, counter = run_middle(c)
+    check_middle(c, out, pool, conv_state, counter)
+    assert int(counter[0]) > 0
+
+
+def test_middle_conv_state_views():
+    """A tap-major conv pool passed as its channel-major transposed view (vLLM's layout),
+    and nn.Conv1d's (conv_dim, 1, W) weight: the same results, bit for bit."""
+    c = make_middle_case(77, W=4, qkv="bf16", layout="vk", tap_major=True, Hk=2, G=2)
+    out, pool, conv_state, counter = run_middle(c)
+    check_middle(c, out, pool, conv_state, counter)
+    pool2 = c["pool"].copy()
+    cs2 = c["conv_state"].copy()
+    out2, _, _, _ = run_middle(c, state=pool2, conv_state=cs2.transpose(0, 2, 1),
+                               conv_weight=c["conv_weight"][:, None, :])
+    assert np.array_equal(out2, out) and np.array_equal(pool2, pool)
+    assert np.array_equal(cs2, conv_state)
+
+
+def test_middle_matches_separate_steps():
+    """conv + step + norm in one call equals the step on the conv output, then the norm,
+    computed here: checks that the fused call is the composition (not just close to a
+    reference that shares its mistakes)."""
+    c = make_middle_case(91, W=3, qkv="f32", state="f32", layout="kv", Hk=2, G=2, norm=False)
+    out, pool, conv_state, _ = run_middle(c)
+    # the conv output by hand, in float32 like the inputs, into the plain step
+    cs = value(c["conv_state"], "f32")
+    window = np.concatenate([cs[: c["B"]], value(c["x"], "f32")[:, :, None]], axis=2)
+    y = silu((value(c["conv_weight"], "f32")[None] * window).sum(-1) + value(c["conv_bias"], "f32"))
+    pool2 = c["pool"].copy()
+    out2 = gdnkit.decode(qkv=y.astype(np.float32), a=c["a"], b=c["b"], state=pool2,
+                         A_log=c["A_log"], dt_bias=c["dt_bias"], layout="kv", num_k_heads=2)
+    assert rel_err(out.astype(np.float64), out2.astype(np.float64)) < 1e-5
+    assert rel_err(pool.astype(np.float64), pool2.astype(np.float64)) < 1e-5
+    assert np.array_equal(conv_state[:, :, :-1], c["conv_state"][:, :, 1:])
+    assert np.array_equal(conv_state[:, :, -1], c["x"])
+
+
 # ---- the golden files -------------------------------------------------------------------
 
 SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16,
@@ -415,14 +601,13 @@ def test_golden_files_present():
 def test_golden(path):
     t, meta = read_safetensors(path)
     assert meta.get("op", "gdn_decode").lower() == "gdn_decode"
-    if "x" in t or "z" in t:
-        pytest.skip("format 2 (conv prologue / gated RMSNorm): not exposed in the Python API yet")
     layout = meta["layout"].lower()
     state, state_dtype = t["state"]
     num_slots = int(meta.get("num_slots", state.shape[0]))
     state = np.ascontiguousarray(state[:num_slots])
     packed = "mixed_qkv" in t
-    qkv_dtype = t["mixed_qkv" if packed else "q"][1]
+    conv = "x" in t
+    qkv_dtype = t["x" if conv else "mixed_qkv" if packed else "q"][1]
     out_kind = OUT_KIND[meta.get("output_dtype", qkv_dtype).lower()]
     scale = meta.get("scale", "default")
     counter = np.zeros(1, np.uint32)
@@ -439,7 +624,27 @@ def test_golden(path):
     if kw["gate"].lower() in ("precomputed", "pre"):
         kw["A_log"] = kw["dt_bias"] = None
     Dk = state.shape[2] if layout == "kv" else state.shape[3]
-    if packed:
+    # format 2: the conv prologue (x, both conv pool layouts) and the gated RMSNorm
+    conv_state = None
+    if conv:
+        W = int(meta["conv_width"])
+        x = get("x")
+        conv_state = np.ascontiguousarray(t["conv_state"][0][:num_slots])
+        weight = get("conv_weight")
+        bias = get("conv_bias")
+        kw.update(x=x.reshape(x.shape[0], -1), conv_state=conv_state,
+                  conv_weight=weight.reshape(weight.shape[0], W),
+                  conv_bias=None if bias is None else bias.reshape(-1))
+        # the file names the pool's layout; the API reads it from the shape
+        tap_major = meta.get("conv_state_layout", "channel_major") == "tap_major"
+        assert conv_state.shape[2 if tap_major else 1] == x.size // x.shape[0]
+    if "norm_weight" in t:
+        z = get("z")
+        kw.update(z=z.reshape(z.shape[0], -1), norm_weight=get("norm_weight").reshape(-1),
+                  norm_eps=float(meta.get("norm_eps", "1e-6")))
+    if conv:
+        out = gdnkit.decode(a=get("a"), b=get("b"), state=state, **kw)
+    elif packed:
         out = gdnkit.decode(a=get("a"), b=get("b"), state=state, qkv=get("mixed_qkv"), **kw)
     else:
         out = gdnkit.decode(get("q"), get("k"), get("v"), get("a"), get("b"), state,
@@ -458,6 +663,10 @@ def test_golden(path):
                 assert not np.any(o[r])
     untouched = value(t["state"][0][:num_slots], KIND[state_dtype]) == s_ref
     assert np.array_equal(s[untouched], s_ref[untouched])
+    if conv:  # the conv pool only moves values: bitwise
+        ecs, ecs_dtype = t["expected_conv_state"]
+        cs_ref = value(ecs[:num_slots], KIND[ecs_dtype]) if ecs_dtype in KIND else ecs[:num_slots]
+        assert np.array_equal(value(conv_state, KIND[qkv_dtype]), cs_ref.reshape(conv_state.shape))
     if "invalid_indices" in meta:
         assert int(counter[0]) == int(meta["invalid_indices"])
 
@@ -576,6 +785,89 @@ def test_refused_and_nothing_written(change, message):
     with pytest.raises(ValueError, match=message):
         gdnkit.decode(c["q"], c["k"], c["v"], c["a"], c["b"], pool, **kw)
     assert unchanged(before, pool, out)
+
+
+def middle_base():
+    c = make_middle_case(30, B=2, Hk=1, G=2, Dk=64, Dv=64, layout="vk", W=4)
+    kw = dict(x=c["x"], conv_state=c["conv_state"].copy(), conv_weight=c["conv_weight"],
+              conv_bias=c["conv_bias"], z=c["z"], norm_weight=c["norm_weight"],
+              A_log=c["A_log"], dt_bias=c["dt_bias"], out=np.full((2, 2, 64), 3.0, np.float32),
+              layout="vk")
+    return c, c["pool"].copy(), kw
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda c, kw: kw.update(qkv=np.zeros((2, 256), np.float32)), r"^x: give either x"),
+        (lambda c, kw: kw.update(q=c["q"], k=c["k"], v=c["v"]), r"^x: give either x"),
+        (lambda c, kw: kw.update(conv_state=None), r"^conv_state: required with x"),
+        (lambda c, kw: kw.update(conv_weight=None), r"^conv_weight: required with x"),
+        (lambda c, kw: kw.update(x=None, q=c["q"], k=c["k"], v=c["v"]),
+         r"^conv_state: given without x"),
+        (lambda c, kw: kw.update(x=None, conv_state=None, conv_weight=None, q=c["q"], k=c["k"],
+                                 v=c["v"]),
+         r"^conv_bias: given without x"),
+        (lambda c, kw: kw.update(x=c["x"][:, :200]),
+         r"^x: width 200 is not 2\*Hk\*Dk \+ Hv\*Dv"),
+        (lambda c, kw: kw.update(conv_weight=np.zeros((256, 5), np.float32)),
+         r"^conv_weight: width W=5 \(its last dimension\) is not 2, 3 or 4$"),
+        (lambda c, kw: kw.update(conv_weight=np.zeros((255, 4), np.float32)),
+         r"^conv_weight: expected \(conv_dim=256, W\)"),
+        (lambda c, kw: kw.update(conv_weight=np.zeros((4, 256), np.float32).T),
+         r"^conv_weight: must be contiguous"),
+        (lambda c, kw: kw.update(conv_weight=c["conv_weight"].astype(np.float16)),
+         r"^conv_weight: dtype float16 differs from x's float32"),
+        (lambda c, kw: kw.update(conv_bias=c["conv_bias"][:128]),
+         r"^conv_bias: expected shape \(256,\)"),
+        (lambda c, kw: kw.update(conv_state=np.zeros((2, 256, 4), np.float32)),
+         r"^conv_state: expected \(num_slots, conv_dim=256, W-1=3\)"),
+        (lambda c, kw: kw.update(conv_state=np.zeros((1, 256, 3), np.float32)),
+         r"^conv_state: 1 slots, fewer than the state pool's 2$"),
+        (lambda c, kw: kw.update(conv_state=np.zeros((2, 256, 3), np.float16)),
+         r"^conv_state: dtype float16 differs from x's float32"),
+        (lambda c, kw: kw.update(conv_state=np.zeros((2, 3, 256, 2), np.float32)[:, :, :, 0]
+                                 .transpose(0, 2, 1)),
+         r"^conv_state: channel stride 2 and tap stride 512 overlap"),
+        (lambda c, kw: kw.update(norm_weight=None), r"^norm_weight: required with z"),
+        (lambda c, kw: kw.update(z=None), r"^z: required with norm_weight"),
+        (lambda c, kw: kw.update(norm_weight=c["norm_weight"][:32]),
+         r"^norm_weight: expected shape \(64,\)"),
+        (lambda c, kw: kw.update(z=c["z"].astype(np.float16)),
+         r"^z: dtype float16 differs from x's float32"),
+        (lambda c, kw: kw.update(z=c["z"][:, :1]),
+         r"^z: shape \(2, 1, 64\), expected \[B=2, Hv=2, Dv=64\]"),
+        (lambda c, kw: kw.update(norm_eps=float("inf")), r"^norm_eps: must be finite and >= 0"),
+    ],
+)
+def test_middle_refused_and_nothing_written(change, message):
+    c, pool, kw = middle_base()
+    change(c, kw)
+    written = [x for x in (pool, kw["out"], kw["conv_state"]) if x is not None]
+    before = snapshot(*written)
+    with pytest.raises(ValueError, match=message):
+        gdnkit.decode(a=c["a"], b=c["b"], state=pool, **kw)
+    assert unchanged(before, *written)
+
+
+def test_middle_conv_state_read_only_refused():
+    c, pool, kw = middle_base()
+    kw["conv_state"].setflags(write=False)
+    with pytest.raises(ValueError, match=r"^conv_state: the array is read-only"):
+        gdnkit.decode(a=c["a"], b=c["b"], state=pool, **kw)
+
+
+def test_middle_conv_state_aliasing_refused():
+    """The conv pool overlapping the state pool: the library's own check."""
+    c, pool, kw = middle_base()
+    big = np.zeros(pool.size + 2 * 256 * 3, np.float32)
+    big[: pool.size] = pool.reshape(-1)
+    pool_view = big[: pool.size].reshape(pool.shape)
+    kw["conv_state"] = big[pool.size - 256 * 3: pool.size + 256 * 3].reshape(2, 256, 3)
+    before = snapshot(big)
+    with pytest.raises(ValueError, match=r"overlaps"):
+        gdnkit.decode(a=c["a"], b=c["b"], state=pool_view, **kw)
+    assert unchanged(before, big)
 
 
 def test_state_layout_must_be_dense():

@@ -74,7 +74,8 @@ def _out_shape(a, state, layout):
 
 def run(q, k, v, qkv, a, b, A_log, dt_bias, state, out, state_indices, state_out_indices,
         invalid_index_count, layout, gate, l2norm, l2norm_eps, scale, head_map, num_k_heads,
-        stream=None):
+        stream=None, x=None, conv_state=None, conv_weight=None, conv_bias=None, z=None,
+        norm_weight=None, norm_eps=1e-6):
     """Call the extension on tensors (no allocation; the checks are the extension's and the
     library's). stream None: the current stream of the state's device."""
     _gdnkit.decode_raw(
@@ -85,6 +86,9 @@ def run(q, k, v, qkv, a, b, A_log, dt_bias, state, out, state_indices, state_out
         _desc(invalid_index_count, "invalid_index_count"),
         int(layout), int(gate), int(l2norm), float(l2norm_eps), float(scale), int(head_map),
         int(num_k_heads), _stream_of(state.device) if stream is None else stream,
+        _desc(x, "x"), _desc(conv_state, "conv_state"), _desc(conv_weight, "conv_weight"),
+        _desc(conv_bias, "conv_bias"), _desc(z, "z"), _desc(norm_weight, "norm_weight"),
+        float(norm_eps),
     )
 
 
