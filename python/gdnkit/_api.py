@@ -165,6 +165,7 @@ def decode(
     z=None,
     norm_weight=None,
     norm_eps=1e-6,
+    programmatic_launch=False,
     stream=None,
 ):
     """One GatedDeltaNet decode step (SPEC section 1); updates `state` in place, returns the output.
@@ -208,7 +209,10 @@ def decode(
     arrays holding raw bfloat16 bits. `stream`: a CUDA stream handle (int); None uses the
     framework's current stream for torch and CuPy arrays, 0 (the default stream) otherwise.
     CPU arrays run on the host backend (synchronously), CUDA arrays on the CUDA backend
-    (asynchronously on `stream`).
+    (asynchronously on `stream`). programmatic_launch=True (CUDA sm_90; ignored
+    elsewhere): the kernel may start while the previous kernel on the stream runs,
+    issuing its state loads before it waits for that kernel; the caller promises the
+    previous kernel writes neither pool nor the index arrays.
     """
     if state is None:
         raise ValueError("state: required")
@@ -246,7 +250,8 @@ def decode(
         _ops.run(q, k, v, qkv, a, b, A_log, dt_bias, state, out, state_indices,
                  state_out_indices, invalid_index_count, *options, stream=int(stream), x=x,
                  conv_state=conv_state, conv_weight=conv_weight, conv_bias=conv_bias, z=z,
-                 norm_weight=norm_weight, norm_eps=norm_eps)
+                 norm_weight=norm_weight, norm_eps=norm_eps,
+                 programmatic_launch=programmatic_launch)
         return out
     _gdnkit.decode(
         _numpy_view(q),
@@ -271,6 +276,7 @@ def decode(
         _numpy_view(z),
         _numpy_view(norm_weight),
         float(norm_eps),
+        bool(programmatic_launch),
     )
     return out
 

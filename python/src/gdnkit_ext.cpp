@@ -240,6 +240,7 @@ struct Options {
   int64_t num_k_heads{0};  // 0: from the shapes
   uint64_t stream{0};
   double norm_eps{1e-6};
+  bool programmatic_launch{false};
 };
 
 struct Arrays {
@@ -420,6 +421,7 @@ void run_decode(Arrays& x, const Options& opt) {
   p.scale = float(opt.scale);
   p.head_map = gdn::HeadMap(opt.head_map);
   p.stream = reinterpret_cast<void*>(uintptr_t(opt.stream));
+  p.programmatic_launch = opt.programmatic_launch;
 
   // ---- the pool fixes Hv, Dk, Dv
   const ArrayView& s = x.state;
@@ -662,7 +664,8 @@ void decode_dlpack(nb::handle q, nb::handle k, nb::handle v, nb::handle qkv, nb:
                    nb::handle invalid_index_count, int layout, int gate, int l2norm,
                    double l2norm_eps, double scale, int head_map, int64_t num_k_heads,
                    uint64_t stream, nb::handle x_in, nb::handle conv_state, nb::handle conv_weight,
-                   nb::handle conv_bias, nb::handle z, nb::handle norm_weight, double norm_eps) {
+                   nb::handle conv_bias, nb::handle z, nb::handle norm_weight, double norm_eps,
+                   bool programmatic_launch) {
   Arrays x;
   InArray in[15];
   OutArray outs[4];
@@ -685,7 +688,8 @@ void decode_dlpack(nb::handle q, nb::handle k, nb::handle v, nb::handle qkv, nb:
   import_in(conv_bias, &x.conv_bias, &in[12]);
   import_in(z, &x.z, &in[13]);
   import_in(norm_weight, &x.norm_weight, &in[14]);
-  run_decode(x, Options{layout, gate, l2norm, l2norm_eps, scale, head_map, num_k_heads, stream, norm_eps});
+  run_decode(x, Options{layout, gate, l2norm, l2norm_eps, scale, head_map, num_k_heads, stream,
+                        norm_eps, programmatic_launch});
 }
 
 // ---- raw path (the PyTorch ops) --------------------------------------------------
@@ -723,7 +727,8 @@ void decode_raw(nb::handle q, nb::handle k, nb::handle v, nb::handle qkv, nb::ha
                 nb::handle invalid_index_count, int layout, int gate, int l2norm,
                 double l2norm_eps, double scale, int head_map, int64_t num_k_heads,
                 uint64_t stream, nb::handle x_in, nb::handle conv_state, nb::handle conv_weight,
-                nb::handle conv_bias, nb::handle z, nb::handle norm_weight, double norm_eps) {
+                nb::handle conv_bias, nb::handle z, nb::handle norm_weight, double norm_eps,
+                   bool programmatic_launch) {
   Arrays x;
   import_raw(q, &x.q);
   import_raw(k, &x.k);
@@ -744,7 +749,8 @@ void decode_raw(nb::handle q, nb::handle k, nb::handle v, nb::handle qkv, nb::ha
   import_raw(conv_bias, &x.conv_bias);
   import_raw(z, &x.z);
   import_raw(norm_weight, &x.norm_weight);
-  run_decode(x, Options{layout, gate, l2norm, l2norm_eps, scale, head_map, num_k_heads, stream, norm_eps});
+  run_decode(x, Options{layout, gate, l2norm, l2norm_eps, scale, head_map, num_k_heads, stream,
+                        norm_eps, programmatic_launch});
 }
 
 gdn::Backend backend_from_name(const std::string& name) {
@@ -770,7 +776,8 @@ NB_MODULE(_gdnkit, m) {
       nb::arg("num_k_heads"), nb::arg("stream"), nb::arg("x").none() = nb::none(),            \
       nb::arg("conv_state").none() = nb::none(), nb::arg("conv_weight").none() = nb::none(),   \
       nb::arg("conv_bias").none() = nb::none(), nb::arg("z").none() = nb::none(),              \
-      nb::arg("norm_weight").none() = nb::none(), nb::arg("norm_eps") = 1e-6
+      nb::arg("norm_weight").none() = nb::none(), nb::arg("norm_eps") = 1e-6,                  \
+      nb::arg("programmatic_launch") = false
 
   m.def("decode", &decode_dlpack, GDNKIT_DECODE_ARGS,
         "One decode step on DLPack arrays (see gdnkit.decode for the friendly front end).");

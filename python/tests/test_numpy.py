@@ -547,6 +547,15 @@ def test_middle_conv_state_views():
     assert np.array_equal(cs2, conv_state)
 
 
+def test_programmatic_launch_flag():
+    """programmatic_launch reaches the library (the host backend ignores it): same bits."""
+    c = make_middle_case(83, W=2, qkv="bf16", layout="kv")
+    out, pool, conv_state, _ = run_middle(c)
+    out2, pool2, conv_state2, _ = run_middle(c, programmatic_launch=True)
+    assert np.array_equal(out2, out) and np.array_equal(pool2, pool)
+    assert np.array_equal(conv_state2, conv_state)
+
+
 def test_middle_matches_separate_steps():
     """conv + step + norm in one call equals the step on the conv output, then the norm,
     computed here: checks that the fused call is the composition (not just close to a

@@ -494,6 +494,163 @@ def test_fla_varlen_no_initial_state(device):
         fla.fused_recurrent_gated_delta_rule(t["q"], t["k"], t["v"], gk=t["q"])
 
 
+# ---- the middle of a layer: conv1d prologue and gated RMSNorm ----------------------------
+
+def middle_inputs(device, *, W=4, tap_major=False, **kw):
+    """inputs() plus the raw row x, a conv pool (channel-major, or a tap-major buffer seen
+    through its transposed view, as vLLM keeps it), conv weight/bias, z and norm_weight."""
+    t = inputs(device, **kw)
+    gen = torch.Generator().manual_seed(kw.get("seed", 0) + 7919)
+    B, Hk, Dk = t["q"].shape
+    Hv, Dv = t["v"].shape[1], t["v"].shape[2]
+    S, dt = t["state"].shape[0], t["q"].dtype
+    cdim = 2 * Hk * Dk + Hv * Dv
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    t["x"] = r(B, cdim).to(dt)
+    if tap_major:
+        t["conv_state"] = r(S, W - 1, cdim).to(dt).transpose(1, 2)
+    else:
+        t["conv_state"] = r(S, cdim, W - 1).to(dt)
+    t["conv_weight"] = (0.5 * r(cdim, 1, W)).to(dt)  # nn.Conv1d's depthwise weight shape
+    t["conv_bias"] = (0.1 * r(cdim)).to(dt)
+    t["z"] = r(B, Hv, Dv).to(dt)
+    t["norm_weight"] = torch.empty(Dv).uniform_(0.5, 1.5, generator=gen).to(dt)
+    return {n: x.to(device) for n, x in t.items()}
+
+
+def middle_reference(t, layout, *, eps=1e-6):
+    """conv1d (float64, y never rounded) -> the step reference -> gated RMSNorm.
+    Returns (o, new pool as kv, new conv pool)."""
+    x, cs = t["x"].double().cpu(), t["conv_state"].double().cpu()
+    w, bias = t["conv_weight"].double().cpu().flatten(1), t["conv_bias"].double().cpu()
+    B, Hk, Dk = t["q"].shape
+    Hv, Dv = t["v"].shape[1], t["v"].shape[2]
+    window = torch.cat([cs[:B], x[:, :, None]], dim=2)  # rows b read slot b
+    y = F.silu((window * w).sum(-1) + bias)
+    q = y[:, : Hk * Dk].reshape(B, Hk, Dk)
+    k = y[:, Hk * Dk: 2 * Hk * Dk].reshape(B, Hk, Dk)
+    v = y[:, 2 * Hk * Dk:].reshape(B, Hv, Dv)
+    o, pool = reference(q, k, v, t["a"], t["b"], t["A_log"], t["dt_bias"], to_kv(t["state"], layout))
+    z, nw = t["z"].double().cpu(), t["norm_weight"].double().cpu()
+    o = nw * o * torch.rsqrt((o * o).mean(-1, keepdim=True) + eps) * F.silu(z)
+    new_cs = cs.clone()
+    new_cs[:B] = window[:, :, 1:]
+    return o, pool, new_cs
+
+
+def middle_kwargs(t, state, conv_state, layout):
+    return dict(x=t["x"], a=t["a"], b=t["b"], state=state, A_log=t["A_log"], dt_bias=t["dt_bias"],
+                conv_state=conv_state, conv_weight=t["conv_weight"], conv_bias=t["conv_bias"],
+                z=t["z"], norm_weight=t["norm_weight"], layout=layout)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["kv", "vk"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_middle_op(device, layout, dtype):
+    """gdnkit::decode_conv with the norm: conv1d + step + gated RMSNorm in one call."""
+    t = middle_inputs(device, dtype=dtype, state_dtype=torch.float32, layout=layout, Hk=2, Hv=4,
+                      Dk=64, Dv=128, W=4, tap_major=layout == "vk",
+                      seed=sum(map(ord, f"{dtype}{layout}")))
+    o_ref, s_ref, cs_ref = middle_reference(t, layout)
+    state, conv_state = t["state"].clone(), t["conv_state"].clone()  # clone keeps the strides
+    assert (conv_state.stride(1) == 1) == (layout == "vk")
+    o = gt.decode(**middle_kwargs(t, state, conv_state, layout))
+    assert o.dtype == dtype and o.device.type == device and o.shape == (2, 4, 128)
+    assert_close(o, o_ref, TOL_OUT[dtype], "output")
+    assert_close(to_kv(state, layout), s_ref, TOL_STATE[torch.float32], "state")
+    assert torch.equal(conv_state.double().cpu(), cs_ref), "the conv pool only moves values"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_norm_epilogue_ops(device):
+    """z / norm_weight on decode and decode_packed (no conv): the same bits either way."""
+    t = middle_inputs(device, dtype=torch.bfloat16, state_dtype=torch.bfloat16, layout="kv", seed=9)
+    s1, s2 = t["state"].clone(), t["state"].clone()
+    kw = dict(a=t["a"], b=t["b"], A_log=t["A_log"], dt_bias=t["dt_bias"], layout="kv",
+              z=t["z"], norm_weight=t["norm_weight"], norm_eps=1e-5)
+    o1 = gt.decode(t["q"], t["k"], t["v"], state=s1, **kw)
+    o2 = gt.decode(qkv=packed(t), state=s2, **kw)
+    assert torch.equal(o1, o2) and torch.equal(s1, s2)
+    o_ref, s_ref = reference(t["q"], t["k"], t["v"], t["a"], t["b"], t["A_log"], t["dt_bias"],
+                             t["state"])
+    z, nw = t["z"].double().cpu(), t["norm_weight"].double().cpu()
+    o_ref = nw * o_ref * torch.rsqrt((o_ref * o_ref).mean(-1, keepdim=True) + 1e-5) * F.silu(z)
+    assert_close(o1, o_ref, TOL_OUT[torch.bfloat16], "output")
+    assert_close(s1, s_ref, TOL_STATE[torch.bfloat16], "state")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_middle_refused(device):
+    t = middle_inputs(device, layout="vk", seed=3)
+    state, conv_state = t["state"].clone(), t["conv_state"].clone()
+    kw = middle_kwargs(t, state, conv_state, "vk")
+    with pytest.raises(ValueError, match=r"^conv_weight: dtype"):
+        gt.decode(**{**kw, "conv_weight": t["conv_weight"].half()})
+    with pytest.raises(ValueError, match=r"^x: give either x"):
+        gt.decode(**kw, qkv=packed(t))
+    with pytest.raises(ValueError, match=r"^conv_bias: given without x"):
+        gt.decode(**{**kw, "x": None, "conv_state": None, "conv_weight": None}, qkv=packed(t))
+    assert torch.equal(state, t["state"]) and torch.equal(conv_state, t["conv_state"])
+
+
+class Middle(torch.nn.Module):
+    """The layer's middle with both pools as buffers."""
+
+    def __init__(self, t):
+        super().__init__()
+        for name in ("state", "conv_state"):
+            self.register_buffer(name, t[name].clone())
+        for name in ("A_log", "dt_bias", "conv_weight", "conv_bias", "norm_weight"):
+            self.register_buffer(name, t[name])
+
+    def forward(self, x, a, b, z):
+        o = gt.decode(x=x, a=a, b=b, z=z, state=self.state, conv_state=self.conv_state,
+                      A_log=self.A_log, dt_bias=self.dt_bias, conv_weight=self.conv_weight,
+                      conv_bias=self.conv_bias, norm_weight=self.norm_weight, layout="vk")
+        return o * 2.0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_middle_compile(device):
+    t = middle_inputs(device, layout="vk", seed=33)
+    for backend in compile_backends(device):
+        torch._dynamo.reset()
+        eager, compiled_mod = Middle(t), Middle(t)
+        compiled = torch.compile(compiled_mod, backend=backend, fullgraph=True)
+        for _ in range(3):
+            o_e = eager(t["x"], t["a"], t["b"], t["z"])
+            o_c = compiled(t["x"], t["a"], t["b"], t["z"])
+            assert torch.allclose(o_e, o_c, rtol=1e-6, atol=1e-6), backend
+        assert torch.equal(eager.conv_state, compiled_mod.conv_state), backend
+        assert torch.allclose(eager.state, compiled_mod.state, rtol=1e-6, atol=1e-6), backend
+
+
+@cuda_only
+def test_middle_cuda_graph():
+    """decode_conv with the norm captured in a CUDA graph at the model shape (B = 1,
+    Hk 16, Hv 32, 128 x 128: the cluster geometry) and replayed against eager calls."""
+    t = middle_inputs("cuda", B=1, Hk=16, Hv=32, Dk=128, Dv=128, layout="vk", seed=43,
+                      dtype=torch.bfloat16, state_dtype=torch.float32)
+    eager_s, eager_cs = t["state"].clone(), t["conv_state"].clone()
+    graph_s, graph_cs = t["state"].clone(), t["conv_state"].clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        gt.decode(**middle_kwargs(t, t["state"].clone(), t["conv_state"].clone(), "vk"))
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        o_graph = gt.decode(**middle_kwargs(t, graph_s, graph_cs, "vk"))
+    assert torch.equal(graph_s, t["state"]) and torch.equal(graph_cs, t["conv_state"])
+    for _ in range(3):
+        g.replay()
+        o_eager = gt.decode(**middle_kwargs(t, eager_s, eager_cs, "vk"))
+        torch.cuda.synchronize()
+        assert torch.equal(o_graph, o_eager)  # deterministic: bitwise
+        assert torch.equal(graph_s, eager_s) and torch.equal(graph_cs, eager_cs)
+
+
 # ---- torch.compile, torch.export --------------------------------------------------------
 
 class Step(torch.nn.Module):

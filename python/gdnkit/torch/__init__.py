@@ -4,11 +4,15 @@ Importing this module registers
 
     torch.ops.gdnkit.decode(q, k, v, a, b, A_log, dt_bias, state, ...)        -> o
     torch.ops.gdnkit.decode_packed(qkv, a, b, A_log, dt_bias, state, ...)     -> o
+    torch.ops.gdnkit.decode_conv(x, a, b, A_log, dt_bias, state, conv_state, conv_weight, ...)
+                                                                   -> o  (conv1d + step)
     torch.ops.gdnkit.fused_deltanet_decode(qkv, alpha, beta_raw, A_log, dt_bias, state)
                                                                    -> (o, new_state)
     torch.ops.gdnkit.fused_deltanet_decode_(qkv, alpha, beta_raw, A_log, dt_bias, state) -> o
 
-(state updated in place except by fused_deltanet_decode), usable in eager mode,
+(state updated in place except by fused_deltanet_decode; decode_conv updates conv_state
+too; decode, decode_packed and decode_conv take z= and norm_weight= for the gated
+RMSNorm epilogue), usable in eager mode,
 torch.compile, torch.export and CUDA graphs, on the current CUDA stream.
 
 Drop-in wrappers with the signatures of the kernels they replace:
@@ -50,12 +54,21 @@ def decode(
     head_map="interleaved",
     num_k_heads=None,
     out_dtype=None,
+    x=None,
+    conv_state=None,
+    conv_weight=None,
+    conv_bias=None,
+    z=None,
+    norm_weight=None,
+    norm_eps=1e-6,
+    programmatic_launch=False,
 ):
-    """gdnkit.decode for tensors, through torch.ops.gdnkit.decode / decode_packed.
+    """gdnkit.decode for tensors, through torch.ops.gdnkit.decode / decode_packed /
+    decode_conv (with x: the conv1d prologue).
 
     Same arguments and conventions as gdnkit.decode (string switches); returns the
-    output [B, Hv, Dv] and updates `state` in place. Traceable by torch.compile and
-    torch.export, capturable in CUDA graphs."""
+    output [B, Hv, Dv] and updates `state` (and `conv_state`) in place. Traceable by
+    torch.compile and torch.export, capturable in CUDA graphs."""
     ids = dict(
         layout=_choice("layout", layout, LAYOUTS),
         gate=_choice("gate", gate, GATES),
@@ -64,7 +77,24 @@ def decode(
         scale=0.0 if scale is None else float(scale),
         head_map=_choice("head_map", head_map, HEAD_MAPS),
         out_dtype=out_dtype,
+        z=z,
+        norm_weight=norm_weight,
+        norm_eps=float(norm_eps),
+        programmatic_launch=bool(programmatic_launch),
     )
+    if x is not None:
+        if qkv is not None or q is not None or k is not None or v is not None:
+            raise ValueError("x: give either x (the conv prologue's input) or q, k, v / qkv, not both")
+        if conv_state is None or conv_weight is None:
+            raise ValueError("conv_state, conv_weight: required with x (the conv prologue)")
+        return torch.ops.gdnkit.decode_conv(
+            x, a, b, A_log, dt_bias, state, conv_state, conv_weight, conv_bias, state_indices,
+            state_out_indices, invalid_index_count,
+            num_k_heads=0 if num_k_heads is None else int(num_k_heads), **ids)
+    for name, t in (("conv_state", conv_state), ("conv_weight", conv_weight),
+                    ("conv_bias", conv_bias)):
+        if t is not None:
+            raise ValueError(f"{name}: given without x (the conv prologue's input)")
     if qkv is not None:
         if q is not None or k is not None or v is not None:
             raise ValueError("qkv: give either one packed qkv row or q, k and v, not both")

@@ -75,7 +75,7 @@ def _out_shape(a, state, layout):
 def run(q, k, v, qkv, a, b, A_log, dt_bias, state, out, state_indices, state_out_indices,
         invalid_index_count, layout, gate, l2norm, l2norm_eps, scale, head_map, num_k_heads,
         stream=None, x=None, conv_state=None, conv_weight=None, conv_bias=None, z=None,
-        norm_weight=None, norm_eps=1e-6):
+        norm_weight=None, norm_eps=1e-6, programmatic_launch=False):
     """Call the extension on tensors (no allocation; the checks are the extension's and the
     library's). stream None: the current stream of the state's device."""
     _gdnkit.decode_raw(
@@ -88,7 +88,7 @@ def run(q, k, v, qkv, a, b, A_log, dt_bias, state, out, state_indices, state_out
         int(num_k_heads), _stream_of(state.device) if stream is None else stream,
         _desc(x, "x"), _desc(conv_state, "conv_state"), _desc(conv_weight, "conv_weight"),
         _desc(conv_bias, "conv_bias"), _desc(z, "z"), _desc(norm_weight, "norm_weight"),
-        float(norm_eps),
+        float(norm_eps), bool(programmatic_launch),
     )
 
 
@@ -103,15 +103,29 @@ _lib = torch.library.Library("gdnkit", "DEF")
 _OPTIONS = ("int layout=1, int gate=0, int l2norm=0, float l2norm_eps=1e-06, float scale=0., "
             "int head_map=0")
 
+# On every decode op: the gated RMSNorm epilogue (on when norm_weight is given) and
+# programmatic dependent launch (CUDA sm_90; see gdnkit.decode).
+_FUSED_OPTIONS = ("Tensor? z=None, Tensor? norm_weight=None, float norm_eps=1e-06, "
+                  "bool programmatic_launch=False")
+
 _lib.define(
     "decode(Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor? A_log, Tensor? dt_bias, "
     "Tensor(a!) state, Tensor? state_indices=None, Tensor? state_out_indices=None, "
-    "Tensor(b!)? invalid_index_count=None, " + _OPTIONS + ", ScalarType? out_dtype=None) -> Tensor")
+    "Tensor(b!)? invalid_index_count=None, " + _OPTIONS + ", ScalarType? out_dtype=None, "
+    + _FUSED_OPTIONS + ") -> Tensor")
 _lib.define(
     "decode_packed(Tensor qkv, Tensor a, Tensor b, Tensor? A_log, Tensor? dt_bias, "
     "Tensor(a!) state, Tensor? state_indices=None, Tensor? state_out_indices=None, "
     "Tensor(b!)? invalid_index_count=None, " + _OPTIONS + ", int num_k_heads=0, "
-    "ScalarType? out_dtype=None) -> Tensor")
+    "ScalarType? out_dtype=None, " + _FUSED_OPTIONS + ") -> Tensor")
+# The middle of a layer: conv1d update on the raw projected row x, the step, and
+# optionally the gated RMSNorm; both pools updated in place.
+_lib.define(
+    "decode_conv(Tensor x, Tensor a, Tensor b, Tensor? A_log, Tensor? dt_bias, "
+    "Tensor(a!) state, Tensor(c!) conv_state, Tensor conv_weight, Tensor? conv_bias=None, "
+    "Tensor? state_indices=None, Tensor? state_out_indices=None, "
+    "Tensor(b!)? invalid_index_count=None, " + _OPTIONS + ", int num_k_heads=0, "
+    "ScalarType? out_dtype=None, " + _FUSED_OPTIONS + ") -> Tensor")
 _lib.define(
     "fused_deltanet_decode(Tensor qkv, Tensor alpha, Tensor beta_raw, Tensor A_log, "
     "Tensor dt_bias, Tensor state) -> (Tensor, Tensor)")
@@ -124,38 +138,73 @@ _lib.define(
 
 def _decode_impl(q, k, v, a, b, A_log, dt_bias, state, state_indices=None, state_out_indices=None,
                  invalid_index_count=None, layout=VK, gate=RAW, l2norm=RSQRT, l2norm_eps=1e-6,
-                 scale=0.0, head_map=INTERLEAVED, out_dtype=None):
+                 scale=0.0, head_map=INTERLEAVED, out_dtype=None, z=None, norm_weight=None,
+                 norm_eps=1e-6, programmatic_launch=False):
     """One decode step on q [B, Hk, Dk], k, v [B, Hv, Dv] (or [B, 1, H, D]); returns o
     [B, Hv, Dv] and updates `state` in place. Integer switches: gdnkit.LAYOUTS, GATES,
-    L2NORMS, HEAD_MAPS; scale 0 means Dk**-0.5."""
+    L2NORMS, HEAD_MAPS; scale 0 means Dk**-0.5. With norm_weight [Dv] and z [B, Hv, Dv]:
+    the gated RMSNorm of each v-head's output."""
     out = _empty_out(q, a, state, layout, out_dtype)
     run(q, k, v, None, a, b, A_log, dt_bias, state, out, state_indices, state_out_indices,
-        invalid_index_count, layout, gate, l2norm, l2norm_eps, scale, head_map, 0)
+        invalid_index_count, layout, gate, l2norm, l2norm_eps, scale, head_map, 0, z=z,
+        norm_weight=norm_weight, norm_eps=norm_eps, programmatic_launch=programmatic_launch)
     return out
 
 
 def _decode_fake(q, k, v, a, b, A_log, dt_bias, state, state_indices=None, state_out_indices=None,
                  invalid_index_count=None, layout=VK, gate=RAW, l2norm=RSQRT, l2norm_eps=1e-6,
-                 scale=0.0, head_map=INTERLEAVED, out_dtype=None):
+                 scale=0.0, head_map=INTERLEAVED, out_dtype=None, z=None, norm_weight=None,
+                 norm_eps=1e-6, programmatic_launch=False):
     return _empty_out(q, a, state, layout, out_dtype)
 
 
 def _decode_packed_impl(qkv, a, b, A_log, dt_bias, state, state_indices=None,
                         state_out_indices=None, invalid_index_count=None, layout=VK, gate=RAW,
                         l2norm=RSQRT, l2norm_eps=1e-6, scale=0.0, head_map=INTERLEAVED,
-                        num_k_heads=0, out_dtype=None):
+                        num_k_heads=0, out_dtype=None, z=None, norm_weight=None, norm_eps=1e-6,
+                        programmatic_launch=False):
     """As gdnkit::decode, with the packed row qkv [B, 2*Hk*Dk + Hv*Dv] (or [B, 1, W])."""
     out = _empty_out(qkv, a, state, layout, out_dtype)
     run(None, None, None, qkv, a, b, A_log, dt_bias, state, out, state_indices, state_out_indices,
-        invalid_index_count, layout, gate, l2norm, l2norm_eps, scale, head_map, num_k_heads)
+        invalid_index_count, layout, gate, l2norm, l2norm_eps, scale, head_map, num_k_heads, z=z,
+        norm_weight=norm_weight, norm_eps=norm_eps, programmatic_launch=programmatic_launch)
     return out
 
 
 def _decode_packed_fake(qkv, a, b, A_log, dt_bias, state, state_indices=None,
                         state_out_indices=None, invalid_index_count=None, layout=VK, gate=RAW,
                         l2norm=RSQRT, l2norm_eps=1e-6, scale=0.0, head_map=INTERLEAVED,
-                        num_k_heads=0, out_dtype=None):
+                        num_k_heads=0, out_dtype=None, z=None, norm_weight=None, norm_eps=1e-6,
+                        programmatic_launch=False):
     return _empty_out(qkv, a, state, layout, out_dtype)
+
+
+# ---- gdnkit::decode_conv: conv1d update + step (+ gated RMSNorm) -----------------------
+
+def _decode_conv_impl(x, a, b, A_log, dt_bias, state, conv_state, conv_weight, conv_bias=None,
+                      state_indices=None, state_out_indices=None, invalid_index_count=None,
+                      layout=VK, gate=RAW, l2norm=RSQRT, l2norm_eps=1e-6, scale=0.0,
+                      head_map=INTERLEAVED, num_k_heads=0, out_dtype=None, z=None,
+                      norm_weight=None, norm_eps=1e-6, programmatic_launch=False):
+    """The middle of a Qwen3-Next / Qwen3.5 layer in one call: x [B, conv_dim] is the raw
+    projected row; q|k|v = silu(conv1d(conv_state window, x) + conv_bias); conv_state
+    [S, conv_dim, W-1] (or [S, W-1, conv_dim], any strides gdnkit accepts) shifts in x;
+    conv_weight [conv_dim, W] or [conv_dim, 1, W]. Then the step, then the gated RMSNorm
+    when norm_weight is given. Both pools are updated in place."""
+    out = _empty_out(x, a, state, layout, out_dtype)
+    run(None, None, None, None, a, b, A_log, dt_bias, state, out, state_indices,
+        state_out_indices, invalid_index_count, layout, gate, l2norm, l2norm_eps, scale, head_map,
+        num_k_heads, x=x, conv_state=conv_state, conv_weight=conv_weight, conv_bias=conv_bias,
+        z=z, norm_weight=norm_weight, norm_eps=norm_eps, programmatic_launch=programmatic_launch)
+    return out
+
+
+def _decode_conv_fake(x, a, b, A_log, dt_bias, state, conv_state, conv_weight, conv_bias=None,
+                      state_indices=None, state_out_indices=None, invalid_index_count=None,
+                      layout=VK, gate=RAW, l2norm=RSQRT, l2norm_eps=1e-6, scale=0.0,
+                      head_map=INTERLEAVED, num_k_heads=0, out_dtype=None, z=None,
+                      norm_weight=None, norm_eps=1e-6, programmatic_launch=False):
+    return _empty_out(x, a, state, layout, out_dtype)
 
 
 # ---- ExecuTorch: fused_deltanet_decode and its in-place variant --------------------
@@ -213,6 +262,7 @@ def _fused_deltanet_decode__fake(qkv, alpha, beta_raw, A_log, dt_bias, state):
 for _name, _impl, _fake in (
     ("decode", _decode_impl, _decode_fake),
     ("decode_packed", _decode_packed_impl, _decode_packed_fake),
+    ("decode_conv", _decode_conv_impl, _decode_conv_fake),
     ("fused_deltanet_decode", _fused_deltanet_decode_impl, _fused_deltanet_decode_fake),
     ("fused_deltanet_decode_", _fused_deltanet_decode__impl, _fused_deltanet_decode__fake),
 ):
@@ -221,5 +271,6 @@ for _name, _impl, _fake in (
 
 decode = torch.ops.gdnkit.decode
 decode_packed = torch.ops.gdnkit.decode_packed
+decode_conv = torch.ops.gdnkit.decode_conv
 fused_deltanet_decode = torch.ops.gdnkit.fused_deltanet_decode
 fused_deltanet_decode_ = torch.ops.gdnkit.fused_deltanet_decode_
