@@ -1,9 +1,10 @@
 """gdnkit.decode on numpy arrays (the host backend), against a float64 reference in this file.
 
 Every SPEC section 1 option, random inputs from realistic ranges (fixed seeds, random
-non-zero initial state, Dk != Dv, both layouts), the committed golden files, strided
-views, and validation: bad arguments raise ValueError with the library's message and
-write nothing.
+non-zero initial state, Dk != Dv, both layouts), the fused middle of a layer (conv1d
+prologue and gated RMSNorm), the committed golden files (format 2 too), strided views,
+and validation: bad arguments raise ValueError with the library's message and write
+nothing.
 """
 import json
 import math
