@@ -173,8 +173,11 @@ def make_case(seed, *, B=2, Hk=1, G=2, Dk=64, Dv=64, qkv="f32", ab=None, state="
     return c
 
 
-def expected(c):
-    q, k, v = value(c["q"], c["qkv"]), value(c["k"], c["qkv"]), value(c["v"], c["qkv"])
+def expected(c, qkv=None):
+    """The reference on the case's q, k, v (or on qkv = (q, k, v) in float64)."""
+    if qkv is None:
+        qkv = value(c["q"], c["qkv"]), value(c["k"], c["qkv"]), value(c["v"], c["qkv"])
+    q, k, v = qkv
     a, b = value(c["a"], c["ab"]), value(c["b"], c["ab"])
     pool = value(c["pool"], c["state"])
     kv = pool if c["layout"] == "kv" else pool.transpose(0, 1, 3, 2)
@@ -215,17 +218,22 @@ def check(c, out, pool_after, counter=None):
         assert int(counter[0]) == invalid
 
 
-def run(c, **overrides):
-    """gdnkit.decode on a copy of the pool; returns (out, pool after, counter)."""
-    pool = c["pool"].copy()
-    counter = np.zeros(1, np.uint32)
-    kw = dict(
+def case_kwargs(c, counter):
+    """gdnkit.decode's keyword arguments for a case's options, gates, indices and counter."""
+    return dict(
         A_log=c["A_log"], dt_bias=c["dt_bias"], state_indices=c["idx"],
         state_out_indices=c["out_idx"], invalid_index_count=counter, layout=c["layout"],
         gate=c["gate"], l2norm=c["l2"], l2norm_eps=c["eps"], scale=c["scale"],
         head_map=c["head_map"],
         out_dtype={"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[c["out"]],
     )
+
+
+def run(c, **overrides):
+    """gdnkit.decode on a copy of the pool; returns (out, pool after, counter)."""
+    pool = c["pool"].copy()
+    counter = np.zeros(1, np.uint32)
+    kw = case_kwargs(c, counter)
     kw.update(overrides)
     args = kw.pop("args", (c["q"], c["k"], c["v"], c["a"], c["b"]))
     if "qkv" in kw:
@@ -439,17 +447,7 @@ def expected_middle(c):
         v = y[:, 2 * Hk * Dk:].reshape(B, Hv, Dv)
     else:
         q, k, v = (value(c[n], kind) for n in ("q", "k", "v"))
-    pool = value(c["pool"], c["state"])
-    kv = pool if c["layout"] == "kv" else pool.transpose(0, 1, 3, 2)
-    scale = c["scale"] if c["scale"] else Dk ** -0.5
-    o, new, invalid = reference(
-        q, k, v, value(c["a"], c["ab"]), value(c["b"], c["ab"]),
-        None if c["A_log"] is None else c["A_log"].astype(np.float64),
-        None if c["dt_bias"] is None else c["dt_bias"].astype(np.float64),
-        kv, c["idx"], c["out_idx"], gate=c["gate"], l2=c["l2"], eps=c["eps"], scale=scale,
-        head_map=c["head_map"])
-    if c["layout"] == "vk":
-        new = new.transpose(0, 1, 3, 2)
+    o, new, invalid = expected(c, (q, k, v))
     if c["norm"]:
         z, nw = value(c["z"], kind), value(c["norm_weight"], kind)
         # out = w * o / sqrt(mean(o^2) + eps) * silu(z), per v-head; padding rows stay zero
@@ -465,13 +463,7 @@ def run_middle(c, **overrides):
     pool = c["pool"].copy()
     conv_state = c["conv_state"].copy() if c["conv"] else None
     counter = np.zeros(1, np.uint32)
-    kw = dict(
-        A_log=c["A_log"], dt_bias=c["dt_bias"], state_indices=c["idx"],
-        state_out_indices=c["out_idx"], invalid_index_count=counter, layout=c["layout"],
-        gate=c["gate"], l2norm=c["l2"], l2norm_eps=c["eps"], scale=c["scale"],
-        head_map=c["head_map"],
-        out_dtype={"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[c["out"]],
-    )
+    kw = case_kwargs(c, counter)
     if c["conv"]:
         kw.update(x=c["x"], conv_state=conv_state, conv_weight=c["conv_weight"],
                   conv_bias=c["conv_bias"])
