@@ -15,7 +15,7 @@
 // shared memory while it computes the current one, each lane copying and
 // reading back only its own vectors; a block is W such warps on consecutive
 // items of the same (b, h); the grid is B * Hv * blocks_per_head blocks.
-// That is the vk layout (decode_kernel), where a column is a contiguous run.
+// That is the vk layout (decode_vk), where a column is a contiguous run.
 //
 // kv ([Dk, Dv], Dv contiguous; decode_kv_step_kernel): a column is strided,
 // so a warp owning a few columns would read 16-64 bytes of each row per
@@ -190,6 +190,7 @@ __device__ __forceinline__ bf16 float_to_bf16(float f) { return __float2bfloat16
 }  // namespace gdn
 #endif
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -503,6 +504,124 @@ struct FastDiv {
   }
   __device__ __forceinline__ unsigned div(unsigned n) const { return d == 1 ? n : __umulhi(n, m) >> shift; }
 };
+
+// The kernels' copy of DecodeParams (all kernels but decode_kv_fused_kernel,
+// which says why): the fields device code reads, under the same names, in
+// the order a call needs them. Kernel parameters live in a constant bank
+// that each call's blocks fetch cold, 64 bytes at a time, and a warp waits
+// for each line in turn (on the H200 every further line a block reads costs
+// 0.03-0.05 us a call, whatever the grid: bench/RESULTS.md, round 16).
+// DecodeParams is laid out for readers (a tensor's pointer, dtype and
+// strides together, the fused options at the end), so the step touched 8
+// lines before its first loads went out. Here everything a block reads
+// before it issues its loads (its row, slots, and the addresses of q, k, v,
+// the gates and the state) comes first, and with the launch's scalars ahead
+// of it (45 bytes, so this struct starts at the bank's 0x240) that part ends
+// at 0x300: 5 lines, counting the driver's. Fields used after the loads are
+// in flight (the output, the l2norm mode, the fused options, the rare
+// mixed-dtype forms) follow; their lines arrive while the loads do.
+struct KernelParams {
+  // ---- before the first loads
+  int32_t num_k_heads, num_v_heads, head_dim_k, head_dim_v;
+  IndexType index_dtype;
+  Gate gate;
+  HeadMap head_map;
+  bool programmatic_launch;
+  int64_t num_slots;
+  void const* state_indices;
+  void const* state_out_indices;
+  void* state;
+  int64_t state_slot_stride;
+  void const* q;
+  int64_t q_batch_stride, q_head_stride;
+  void const* k;
+  int64_t k_batch_stride, k_head_stride;
+  void const* v;
+  int64_t v_batch_stride, v_head_stride;
+  void const* a;
+  int64_t a_batch_stride;
+  void const* b;
+  int64_t b_batch_stride;
+  float const* A_log;
+  float const* dt_bias;
+  // ---- once the loads are in flight
+  void* o;
+  int64_t o_batch_stride, o_head_stride;
+  uint32_t* invalid_index_count;
+  L2Norm l2norm;
+  float l2norm_eps;
+  DType o_dtype, qkv_dtype, ab_dtype;
+  // ---- the fused options (conv prologue, gated-RMSNorm epilogue)
+  int32_t conv_width;
+  float norm_eps;
+  void const* x;
+  int64_t x_batch_stride;
+  void* conv_state;
+  int64_t conv_state_slot_stride, conv_state_channel_stride, conv_state_tap_stride;
+  void const* conv_weight;
+  void const* conv_bias;
+  void const* z;
+  int64_t z_batch_stride, z_head_stride;
+  void const* norm_weight;
+};
+// The first part: 192 bytes, from 0x240 to the 64-byte boundary at 0x300.
+static_assert(offsetof(KernelParams, o) == 192, "KernelParams: what a block reads before its loads, 3 lines");
+
+inline KernelParams kernel_params(const DecodeParams& p) {
+  KernelParams k;
+  k.num_k_heads = p.num_k_heads;
+  k.num_v_heads = p.num_v_heads;
+  k.head_dim_k = p.head_dim_k;
+  k.head_dim_v = p.head_dim_v;
+  k.index_dtype = p.index_dtype;
+  k.gate = p.gate;
+  k.head_map = p.head_map;
+  k.programmatic_launch = p.programmatic_launch;
+  k.num_slots = p.num_slots;
+  k.state_indices = p.state_indices;
+  k.state_out_indices = p.state_out_indices;
+  k.state = p.state;
+  k.state_slot_stride = p.state_slot_stride;
+  k.q = p.q;
+  k.q_batch_stride = p.q_batch_stride;
+  k.q_head_stride = p.q_head_stride;
+  k.k = p.k;
+  k.k_batch_stride = p.k_batch_stride;
+  k.k_head_stride = p.k_head_stride;
+  k.v = p.v;
+  k.v_batch_stride = p.v_batch_stride;
+  k.v_head_stride = p.v_head_stride;
+  k.a = p.a;
+  k.a_batch_stride = p.a_batch_stride;
+  k.b = p.b;
+  k.b_batch_stride = p.b_batch_stride;
+  k.A_log = p.A_log;
+  k.dt_bias = p.dt_bias;
+  k.o = p.o;
+  k.o_batch_stride = p.o_batch_stride;
+  k.o_head_stride = p.o_head_stride;
+  k.invalid_index_count = p.invalid_index_count;
+  k.l2norm = p.l2norm;
+  k.l2norm_eps = p.l2norm_eps;
+  k.o_dtype = p.o_dtype;
+  k.qkv_dtype = p.qkv_dtype;
+  k.ab_dtype = p.ab_dtype;
+  k.conv_width = p.conv_width;
+  k.norm_eps = p.norm_eps;
+  k.x = p.x;
+  k.x_batch_stride = p.x_batch_stride;
+  k.conv_state = p.conv_state;
+  k.conv_state_slot_stride = p.conv_state_slot_stride;
+  k.conv_state_channel_stride = p.conv_state_channel_stride;
+  k.conv_state_tap_stride = p.conv_state_tap_stride;
+  k.conv_weight = p.conv_weight;
+  k.conv_bias = p.conv_bias;
+  k.z = p.z;
+  k.z_batch_stride = p.z_batch_stride;
+  k.z_head_stride = p.z_head_stride;
+  k.norm_weight = p.norm_weight;
+  return k;
+}
 
 // ---- tile geometry, fixed per (state dtype, layout, Dk capacity, kP) -------
 // vk ([Dv, Dk], Dk contiguous): a column is one contiguous row of Dk elements.

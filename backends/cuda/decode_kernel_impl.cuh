@@ -72,22 +72,29 @@ __device__ __forceinline__ void all_gather(float x, int lane, float (&v)[kC]) {
 struct RowSlots {
   int64_t s_in, s_out;
   bool write;
+  unsigned bad;  // the row's out-of-range indices (0 without indices)
 };
 
-__device__ __forceinline__ RowSlots row_slots(const DecodeParams& p, int64_t b, int h, int blk) {
-  RowSlots r{b, b, true};
+template <typename Params>
+__device__ __forceinline__ RowSlots row_slots(const Params& p, int64_t b) {
+  RowSlots r{b, b, true, 0u};
   if (p.index_dtype != IndexType::kNone) {
     r.s_in = load_index(p.state_indices, p.index_dtype, b);
     r.s_out = p.state_out_indices ? load_index(p.state_out_indices, p.index_dtype, b) : r.s_in;
-    // Count each out-of-range index once per row: only the row's first block does.
-    if (p.invalid_index_count != nullptr && h == 0 && blk == 0 && threadIdx.x == 0) {
-      const unsigned bad = unsigned(r.s_in >= p.num_slots) +
-                           unsigned(p.state_out_indices != nullptr && r.s_out >= p.num_slots);
-      if (bad) atomicAdd(p.invalid_index_count, bad);
-    }
+    r.bad = unsigned(r.s_in >= p.num_slots) + unsigned(p.state_out_indices != nullptr && r.s_out >= p.num_slots);
   }
   r.write = r.s_out >= 0 && r.s_out < p.num_slots;
   return r;
+}
+// Each out-of-range index of a row counted once: by thread 0 of the row's
+// first block (fused: of its group's first k-head). The step kernels call
+// it once the block's loads are out (or on the padding path), so that the
+// counter's address, past the fields they read before their loads
+// (KernelParams), is not fetched ahead of them; the fused kernels at once.
+template <typename Params>
+__device__ __forceinline__ void count_bad_indices(const Params& p, const RowSlots& r, int h, int blk) {
+  if (r.bad == 0 || h != 0 || blk != 0 || threadIdx.x != 0 || p.invalid_index_count == nullptr) return;
+  atomicAdd(p.invalid_index_count, r.bad);
 }
 
 // Phase timestamps for bench_fused's `trace` mode, in builds with GDN_TRACE
@@ -96,7 +103,8 @@ __device__ __forceinline__ RowSlots row_slots(const DecodeParams& p, int64_t b, 
 // and 8 in slots 14 and 15 (so marks 14 and 15 do not exist); the buffer
 // travels in invalid_index_count, which a dense call (no indices) never uses.
 #if defined(GDN_TRACE)
-__device__ __forceinline__ void trace_mark(const DecodeParams& p, int k) {
+template <typename Params>
+__device__ __forceinline__ void trace_mark(const Params& p, int k) {
   if (threadIdx.x != 0 || p.invalid_index_count == nullptr || p.index_dtype != IndexType::kNone) return;
   unsigned long long* t = reinterpret_cast<unsigned long long*>(p.invalid_index_count) + size_t(blockIdx.x) * 32;
   unsigned long long c;
@@ -134,8 +142,8 @@ struct GateInputs {
   IoRun<IO, 1> a, b;
   float A_log{0.0f}, dt_bias{0.0f};
 };
-template <typename IO>
-__device__ __forceinline__ GateInputs<IO> load_gate_inputs(const DecodeParams& p, int64_t b, int h) {
+template <typename IO, typename Params>
+__device__ __forceinline__ GateInputs<IO> load_gate_inputs(const Params& p, int64_t b, int h) {
   GateInputs<IO> in;
   in.a.load(p.ab_dtype, p.a, b * p.a_batch_stride + h);
   in.b.load(p.ab_dtype, p.b, b * p.b_batch_stride + h);
@@ -145,8 +153,8 @@ __device__ __forceinline__ GateInputs<IO> load_gate_inputs(const DecodeParams& p
   }
   return in;
 }
-template <typename IO>
-__device__ __forceinline__ Gates finish_gates(const DecodeParams& p, const GateInputs<IO>& in) {
+template <typename IO, typename Params>
+__device__ __forceinline__ Gates finish_gates(const Params& p, const GateInputs<IO>& in) {
   const float a = in.a.value(), braw = in.b.value();
   float g, beta;
   if (p.gate == Gate::kRaw) {
@@ -164,8 +172,8 @@ __device__ __forceinline__ Gates finish_gates(const DecodeParams& p, const GateI
 // between them, kN rows a lane: the sums of squares and q.k through one
 // butterfly, then every lane scales its rows. Returns k_hat . q_hat, which
 // the one-pass output needs (below).
-template <int kLow, int kSpan, int kN>
-__device__ __forceinline__ float l2_normalize(const DecodeParams& p, int lane, float (&qh)[kN], float (&kh)[kN]) {
+template <int kLow, int kSpan, int kN, typename Params>
+__device__ __forceinline__ float l2_normalize(const Params& p, int lane, float (&qh)[kN], float (&kh)[kN]) {
   static_assert(kSpan >= 4, "the three sums need a span of 4 lanes");
   float qq = 0.0f, kk = 0.0f, qk = 0.0f;
 #pragma unroll
@@ -250,7 +258,8 @@ struct OnePass {
 // geometry, and why, is in decode_kernel.cuh's header.)
 
 // v-head of group member g.
-__device__ __forceinline__ int group_head(const DecodeParams& p, int hk, int g, int G) {
+template <typename Params>
+__device__ __forceinline__ int group_head(const Params& p, int hk, int g, int G) {
   return p.head_map == HeadMap::kInterleaved ? hk * G + g : g * p.num_k_heads + hk;
 }
 
@@ -428,7 +437,8 @@ __device__ __forceinline__ void outputs_wait(unsigned long long* bar) {
 
 // Channel of the packed row behind group position i: q of hk (i < Dk), k of
 // hk (i < 2 Dk), then v of each of the G heads (Dv each).
-__device__ __forceinline__ int64_t group_channel(const DecodeParams& p, int hk, int G, int i) {
+template <typename Params>
+__device__ __forceinline__ int64_t group_channel(const Params& p, int hk, int G, int i) {
   const int Hk = p.num_k_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
   if (i < 2 * Dk) return int64_t(i < Dk ? 0 : Hk - 1) * Dk + int64_t(hk) * Dk + i;
   const int g = (i - 2 * Dk) / Dv, j = i - 2 * Dk - g * Dv;
@@ -437,14 +447,16 @@ __device__ __forceinline__ int64_t group_channel(const DecodeParams& p, int hk, 
 
 // Before the prologue (thread 0 of a cluster block, norm on): the outputs'
 // mbarrier is initialized.
-__device__ __forceinline__ void fused_begin(const DecodeParams& p, const Group& grp, const FusedSmem& sm) {
+template <typename Params>
+__device__ __forceinline__ void fused_begin(const Params& p, const Group& grp, const FusedSmem& sm) {
   if (grp.size > 1 && p.norm_weight != nullptr && threadIdx.x == 0) outputs_barrier_init(sm.bar);
 }
 // After the prologue and the barrier that follows it (every thread): in a
 // cluster, the mbarrier expects the whole group's G * Dv outputs (every block
 // pushes its own to every block), and the block arrives at the cluster
 // barrier that fused_mid waits on.
-__device__ __forceinline__ void fused_arrive(const DecodeParams& p, const Group& grp, const FusedSmem& sm) {
+template <typename Params>
+__device__ __forceinline__ void fused_arrive(const Params& p, const Group& grp, const FusedSmem& sm) {
   if (grp.size == 1) return;
   if (p.norm_weight != nullptr && threadIdx.x == 0)
     outputs_expect(sm.bar, unsigned(sizeof(float)) * unsigned(grp.G * p.head_dim_v));
@@ -457,7 +469,8 @@ __device__ __forceinline__ void fused_arrive(const DecodeParams& p, const Group&
 // norm_weight (Dv); all = the longest of the three lists.
 struct PrologueSizes {
   int own, qk, conv, z, w, all;
-  __device__ __forceinline__ PrologueSizes(const DecodeParams& p, const Group& grp) {
+  template <typename Params>
+  __device__ __forceinline__ PrologueSizes(const Params& p, const Group& grp) {
     own = grp.hi - grp.lo;
     qk = p.conv_width > 0 ? 2 * p.head_dim_k : 0;
     conv = p.conv_width > 0 ? qk + own : 0;
@@ -500,8 +513,8 @@ __device__ __forceinline__ void store_run(E* ptr, const E (&v)[N]) {
 // at B = 1: bf16 vk 7.35 -> 5.78 us, fp32 vk 7.40 -> 6.70, fp32 kv 7.70 ->
 // 6.78 and bf16 kv 7.18 -> 6.32 (kv with its state issued first, see
 // start_fused_loads); B = 8 1-7% faster, B = 64 within 1.2%.
-template <typename IO, int kW, int kRun, typename Issue>
-__device__ __forceinline__ void fused_prologue_runs(const DecodeParams& p, const Group& grp, const RowSlots& slots,
+template <typename IO, int kW, int kRun, typename Issue, typename Params>
+__device__ __forceinline__ void fused_prologue_runs(const Params& p, const Group& grp, const RowSlots& slots,
                                                     const FusedSmem& sm, Issue&& issue_state) {
   constexpr int kTaps = kW > 0 ? kW - 1 : 1;  // old inputs a channel keeps
   GDN_MARK(20);
@@ -674,8 +687,8 @@ __device__ __forceinline__ bool prologue_runs_aligned(const Group& grp) {
 // waits on (bench_fused trace), so more slots cost more than a second round
 // saves: with 4, B = 1 fp32 vk (two of them unused) went 7.25 -> 7.98 us and
 // bf16 vk (4-warp blocks, 272 channels: two rounds with 2) 7.47 -> 7.94.
-template <typename IO, int kRun, typename Issue>
-__device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Group& grp, const RowSlots& slots,
+template <typename IO, int kRun, typename Issue, typename Params>
+__device__ __forceinline__ void fused_prologue(const Params& p, const Group& grp, const RowSlots& slots,
                                                const FusedSmem& sm, Issue&& issue_state) {
   constexpr int kPer = 2;
   const int Dk = p.head_dim_k, Dv = p.head_dim_v, G = grp.G, W = p.conv_width;
@@ -846,8 +859,8 @@ __device__ __forceinline__ void fused_prologue(const DecodeParams& p, const Grou
 // of the shifted q/k windows. (Waiting instead just before a block's first
 // output, to hide the blocks' spread in finishing their prologues behind the
 // step, measured no faster on the H200: the wait moves, the spread stays.)
-template <typename IO>
-__device__ __forceinline__ void fused_mid(const DecodeParams& p, const Group& grp, const RowSlots& slots,
+template <typename IO, typename Params>
+__device__ __forceinline__ void fused_mid(const Params& p, const Group& grp, const RowSlots& slots,
                                           const FusedSmem& sm) {
   if (grp.size == 1) return;
   cluster_wait();
@@ -888,8 +901,8 @@ __device__ __forceinline__ void fused_emit(const FusedSmem& sm, const Group& grp
 // for the others to leave.
 // zw (the norm alone's instantiations, one column a thread): silu(z) and norm_weight of
 // the thread's column lo + tid, loaded at entry instead of into sm.z / sm.w.
-template <typename IO>
-__device__ __forceinline__ void fused_finish(const DecodeParams& p, const Group& grp, const FusedSmem& sm,
+template <typename IO, typename Params>
+__device__ __forceinline__ void fused_finish(const Params& p, const Group& grp, const FusedSmem& sm,
                                              const float* zw = nullptr) {
   if (p.norm_weight == nullptr) return;
   const int Dv = p.head_dim_v, G = grp.G;
@@ -959,8 +972,8 @@ __device__ __forceinline__ void fused_finish(const DecodeParams& p, const Group&
 // before the wait: the inputs may still be being written by the previous
 // kernel. Each order is written out whole, so neither keeps the other's
 // addresses live across it.
-template <typename IssueState, typename IssueSmall>
-__device__ __forceinline__ void start_step_loads(const DecodeParams& p, bool small_loads_first,
+template <typename IssueState, typename IssueSmall, typename Params>
+__device__ __forceinline__ void start_step_loads(const Params& p, bool small_loads_first,
                                                  IssueState&& issue_state, IssueSmall&& issue_small) {
   if (p.programmatic_launch || !small_loads_first) {
     issue_state();
@@ -997,8 +1010,8 @@ __device__ __forceinline__ void start_step_loads(const DecodeParams& p, bool sma
 //   prologue, fp32 kv at B = 64 ran 83.0 -> 88.1 us); vk (128 registers)
 //   right behind the prologue's loads.
 // kRun: channels a thread's prologue runs take (fused_prologue_runs).
-template <typename IO, int kRun, bool kKvOrder, typename IssueState, typename IssueSmall>
-__device__ __forceinline__ void start_fused_loads(const DecodeParams& p, const Group& grp, const RowSlots& slots,
+template <typename IO, int kRun, bool kKvOrder, typename IssueState, typename IssueSmall, typename Params>
+__device__ __forceinline__ void start_fused_loads(const Params& p, const Group& grp, const RowSlots& slots,
                                                   const FusedSmem& sm, IssueState&& issue_state,
                                                   IssueSmall&& issue_small) {
   fused_begin(p, grp, sm);
@@ -1021,7 +1034,8 @@ __device__ __forceinline__ void start_fused_loads(const DecodeParams& p, const G
 }
 
 // A padding row of a group: zero the outputs of its G heads (block 0 of a cluster).
-__device__ __forceinline__ void zero_group_outputs(const DecodeParams& p, const Group& grp) {
+template <typename Params>
+__device__ __forceinline__ void zero_group_outputs(const Params& p, const Group& grp) {
   if (grp.rank != 0) return;
   const int Dv = p.head_dim_v;
   for (int i = threadIdx.x; i < grp.G * Dv; i += int(blockDim.x)) {
@@ -1051,13 +1065,19 @@ constexpr bool kClusterCode = false;
 // (Fused blocks, one per group, are few: they take 128 registers rather than spill.)
 // kNormOnly (with kFused, vk): the instantiation for the norm alone in
 // clusters (no prologue; see "the norm alone" below), launched only there.
-template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused, bool kNormOnly>
-__global__ void __launch_bounds__(8 * kWarp,
-                                  GDN_VK_RING && !kFused ? (sizeof(T) == 4 ? 1024 : 768) / (8 * kWarp) : 2 / (1 + !GDN_VK_RING))
-    decode_kernel(const __grid_constant__ DecodeParams p, int items_per_head, int items_per_warp,
-                  FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale, int group_heads,
-                  int warps_per_head, int cluster, bool small_loads_first, FusedArgs fdiv) {
-  // The vk kernel (kv runs decode_kv_step_kernel or decode_kv_fused_kernel below).
+template <typename T, bool kFused>
+constexpr int vk_min_blocks() {
+  return GDN_VK_RING && !kFused ? (sizeof(T) == 4 ? 1024 : 768) / (8 * kWarp) : 2 / (1 + !GDN_VK_RING);
+}
+// The vk kernels' body: decode_vk_step_kernel and decode_vk_fused_kernel
+// (below it) are its entry points; kv runs decode_kv_step_kernel or
+// decode_kv_fused_kernel. (Params, here and in the helpers: KernelParams,
+// or DecodeParams in decode_kv_fused_kernel, which says why.)
+template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused, bool kNormOnly, typename Params>
+__device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, int items_per_warp,
+                                          FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map,
+                                          bool small_loads_first, float scale, int group_heads, int warps_per_head,
+                                          int cluster, FusedArgs fdiv) {
   static_assert(kLayout == Layout::kVK, "kv runs its own kernels");
   static_assert(kFused || !kNormOnly, "kNormOnly is a fused instantiation");
   // kNormOnly runs only in clusters, i.e. from sm_90 code: compiled for
@@ -1119,15 +1139,22 @@ __global__ void __launch_bounds__(8 * kWarp,
     h = int(row_head - b32 * unsigned(Hv));
     b = b32;
   }
-  const int64_t o_base = b * p.o_batch_stride + int64_t(h) * p.o_head_stride;
+  // (the output's offset is formed where it is used: its strides are not
+  // among the fields read before the loads, see KernelParams)
+  auto out_base = [&] { return b * p.o_batch_stride + int64_t(h) * p.o_head_stride; };
 
   // (fused: the group's first k-head counts the row's bad indices)
-  const RowSlots slots = row_slots(p, b, kFused ? hk : h, blk);
+  const RowSlots slots = row_slots(p, b);
+  // (the fused kernels read nearly every field of their parameters before
+  // their loads: they count at once, and keep no slot live across the prologue)
+  if (kFused) count_bad_indices(p, slots, hk, blk);
   if (slots.s_in < 0 || slots.s_in >= p.num_slots) {
+    if (!kFused) count_bad_indices(p, slots, h, blk);
     // Padding row: zero this block's outputs, touch no state.
     if constexpr (kFused) {
       zero_group_outputs(p, grp);
     } else {
+      const int64_t o_base = out_base();
       const int j0 = blk * warps * items_per_warp * kColsPerItem;
       const int j_end = min(Dv, j0 + warps * items_per_warp * kColsPerItem);
       for (int j = j0 + threadIdx.x; j < j_end; j += blockDim.x) store_any(p.o, p.o_dtype, o_base + j, 0.0f);
@@ -1386,6 +1413,10 @@ __global__ void __launch_bounds__(8 * kWarp,
     }
   }
 
+  // (the loads are out: the fields past KernelParams' first part now)
+  if (!kFused) count_bad_indices(p, slots, h, blk);
+  const int64_t o_base = out_base();
+
   // ---- 2. l2norm: the lanes of a column group hold all of Dk between them
   GDN_MARK(16);
   const float kq = l2_normalize<kReduceLow, kReduceSpan>(p, lane, qh, kh);
@@ -1464,6 +1495,28 @@ __global__ void __launch_bounds__(8 * kWarp,
   GDN_MARK(8);
 }
 
+// The step's entry point: KernelParams after the launch's scalars, so that
+// what a block reads before its loads takes 3 constant lines (KernelParams).
+// (group_heads, warps_per_head, cluster and fdiv are the fused kernels'.)
+template <typename T, Layout kLayout, int kDk, int kP, typename IO>
+__global__ void __launch_bounds__(8 * kWarp, vk_min_blocks<T, false>())
+    decode_vk_step_kernel(int items_per_head, int items_per_warp, FastDiv by_blocks_per_head, FastDiv by_hv,
+                          FastDiv by_head_map, bool small_loads_first, const __grid_constant__ KernelParams p,
+                          float scale) {
+  decode_vk<T, kLayout, kDk, kP, IO, false, false>(p, items_per_head, items_per_warp, by_blocks_per_head, by_hv,
+                                                   by_head_map, small_loads_first, scale, 1, 1, 1, FusedArgs{});
+}
+// The fused kernels' entry point (same parameter order as the step's).
+template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kNormOnly>
+__global__ void __launch_bounds__(8 * kWarp, vk_min_blocks<T, true>())
+    decode_vk_fused_kernel(int items_per_head, int items_per_warp, FastDiv by_blocks_per_head, FastDiv by_hv,
+                           FastDiv by_head_map, bool small_loads_first, const __grid_constant__ KernelParams p,
+                           float scale, int group_heads, int warps_per_head, int cluster, FusedArgs fdiv) {
+  decode_vk<T, kLayout, kDk, kP, IO, true, kNormOnly>(p, items_per_head, items_per_warp, by_blocks_per_head, by_hv,
+                                                      by_head_map, small_loads_first, scale, group_heads,
+                                                      warps_per_head, cluster, fdiv);
+}
+
 // ---- kv: a tile computed where it was copied (both kv kernels) -----------
 // Ascending reduce-scatter over the lanes that hold a chunk's row groups (lane
 // bits kOff = kW, 2 kW, ... below kWarp): at each offset the lane with the bit
@@ -1486,8 +1539,8 @@ __device__ __forceinline__ void reduce_halves_up(float (&x)[kC], int lane) {
 
 // Issue the loads of q and k of row b, k-head hk for both kv kernels: lane
 // l of every warp rows l + kWarp n (a row past Dk reads row 0), raw (RawRun).
-template <typename IO, int kRows>
-__device__ __forceinline__ void load_qk_rows(const DecodeParams& p, int64_t b, int hk, int lane, int Dk,
+template <typename IO, int kRows, typename Params>
+__device__ __forceinline__ void load_qk_rows(const Params& p, int64_t b, int hk, int lane, int Dk,
                                              IoRun<IO, 1> (&q_raw)[kRows], IoRun<IO, 1> (&k_raw)[kRows]) {
   const int64_t q_base = b * p.q_batch_stride + int64_t(hk) * p.q_head_stride;
   const int64_t k_base = b * p.k_batch_stride + int64_t(hk) * p.k_head_stride;
@@ -1530,7 +1583,8 @@ struct KvRegTile {
   // l2norm of q and k, which every warp's lanes hold between them (lane l
   // rows l + kWarp n, l2_normalize), then q_hat and k_hat of this thread's
   // own rows rg + kWarp n, from lane rg. Returns k_hat . q_hat.
-  static __device__ __forceinline__ float normalize(const DecodeParams& p, float (&qh)[kRows], float (&kh)[kRows],
+  template <typename Params>
+  static __device__ __forceinline__ float normalize(const Params& p, float (&qh)[kRows], float (&kh)[kRows],
                                                     float (&qr)[kRows], float (&kr)[kRows]) {
     const int tid = int(threadIdx.x), lane = tid % kWarp, rg = tid / kW;
     const float kq = l2_normalize<1, kWarp>(p, lane, qh, kh);
@@ -1674,7 +1728,11 @@ struct KvRegTile {
 // channels deep the MixedIO instantiations spill 64-124 bytes, the others at
 // most 28.)
 // kNormOnly: the instantiation for the norm alone in clusters (no prologue,
-// as decode_kernel's; launched only there, so empty in sm_80 code).
+// as the vk kernel's; launched only there, so empty in sm_80 code).
+// It reads DecodeParams itself, not KernelParams: this kernel reads a fused
+// option (conv_width) and then q's address right before it issues q and k,
+// and in KernelParams' order those are two lines missed one after the other
+// (step + norm kv at B = 1 3-4% slower); in DecodeParams' they are not.
 template <typename T, int kDk, int kW, typename IO, bool kNormOnly>
 __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) : 1)
     decode_kv_fused_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
@@ -1717,7 +1775,8 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   grp.lo = g_first * Dv + grp.j_lo;
   grp.hi = g_last * Dv + min(Dv, (t_end - g_last * tiles_per_head) * kCols);
 
-  const RowSlots slots = row_slots(p, b, hk, blk);
+  const RowSlots slots = row_slots(p, b);
+  count_bad_indices(p, slots, hk, blk);  // (at once: see decode_vk)
   if (slots.s_in < 0 || slots.s_in >= p.num_slots) {
     // Padding row (uniform over the block: no barrier is skipped by part of
     // it): zero the group's outputs, touch no state.
@@ -1801,7 +1860,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     if (qk_global) load_qk_rows<IO>(p, b, hk, lane, Dk, q_raw, k_raw);
   };
   GDN_MARK(0);
-  // The norm alone in a cluster (kNormOnly, as decode_kernel's): no
+  // The norm alone in a cluster (kNormOnly, as the vk kernel's): no
   // prologue. Every thread loads q, k and the gates of the block's one head,
   // the finishing threads v, each thread the z and norm_weight of its own
   // output column, then the state; the gates stay in registers. (The same
@@ -1930,9 +1989,9 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
 // path below).
 template <typename T, int kDk, int kW, typename IO>
 __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) : 1)
-    decode_kv_step_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
-                          FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map, float scale,
-                          bool small_loads_first) {
+    decode_kv_step_kernel(int tiles_per_head, int tiles_per_block, FastDiv by_blocks_per_head, FastDiv by_hv,
+                          FastDiv by_head_map, bool small_loads_first, const __grid_constant__ KernelParams p,
+                          float scale) {
   using R = KvRegTile<T, kDk, kW>;
   using V = Vec<T>;
   constexpr int kVec = R::kVec, kRows = R::kRows, kCols = R::kCols, kThreads = R::kThreads;
@@ -1957,8 +2016,9 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   int t = blk * tiles_per_block;
   const int t_end = min(tiles_per_head, t + tiles_per_block);
 
-  const RowSlots slots = row_slots(p, b, h, blk);
+  const RowSlots slots = row_slots(p, b);
   if (slots.s_in < 0 || slots.s_in >= p.num_slots) {
+    count_bad_indices(p, slots, h, blk);
     // Padding row (uniform over the block): zero this block's outputs, touch no state.
     const int64_t o_base = b * p.o_batch_stride + int64_t(h) * p.o_head_stride;
     const int j_end = min(Dv, t_end * kCols);
@@ -2017,6 +2077,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   };
   GDN_MARK(0);
   start_step_loads(p, small_loads_first, issue_state, issue_small);
+  count_bad_indices(p, slots, h, blk);  // (the loads are out)
   float vj = v_run.value(finisher);
   float qh[kRows], kh[kRows];
 #pragma unroll
@@ -2130,8 +2191,10 @@ const void* kernel_of() {
     return reinterpret_cast<const void*>(&decode_kv_step_kernel<T, kDk, kP, IO>);
   else if constexpr (kLayout == Layout::kKV)
     return reinterpret_cast<const void*>(&decode_kv_fused_kernel<T, kDk, kP, IO, kNormOnly>);
+  else if constexpr (!kFused)
+    return reinterpret_cast<const void*>(&decode_vk_step_kernel<T, kLayout, kDk, kP, IO>);
   else
-    return reinterpret_cast<const void*>(&decode_kernel<T, kLayout, kDk, kP, IO, kFused, kNormOnly>);
+    return reinterpret_cast<const void*>(&decode_vk_fused_kernel<T, kLayout, kDk, kP, IO, kNormOnly>);
 }
 
 // Whether the vk kernel's q and k rows (read from global memory when the
@@ -2437,6 +2500,7 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
 
 template <typename T, Layout kLayout, int kDk, int kP>
 cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t stream) {
+  const KernelParams kp = kernel_params(p);
   const float scale = effective_scale(p);
   const FastDiv by_head_map(unsigned(p.head_map == HeadMap::kInterleaved ? p.num_v_heads / p.num_k_heads
                                                                          : p.num_k_heads));
@@ -2486,9 +2550,8 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
           } else
             return launch_kernel(&decode_kv_step_kernel<T, kDk, kW, IO>, blocks,
                                  unsigned(KvTile<T, kDk, kW>::kThreads), kv_step_smem_bytes<T, kDk, kW>(),
-                                 stream, pdl, 1, p,
-                                 g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map, scale,
-                                 g.small_loads_first);
+                                 stream, pdl, 1, g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map,
+                                 g.small_loads_first, kp, scale);
         };
         if constexpr (!kFused && kP > kKvSmallW) {
           if (g.warps_per_block == kKvSmallW) {
@@ -2498,22 +2561,28 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
         }
         return launch_tile(std::integral_constant<int, kP>{});
       } else {
+        const unsigned threads = unsigned(g.warps_per_block * kWarp);
+        const size_t smem = smem_bytes<T, kLayout, kDk, kP>(g.warps_per_block) + fused_smem;
+        if constexpr (!kFused) {
+          return launch_kernel(&decode_vk_step_kernel<T, kLayout, kDk, kP, IO>, blocks, threads, smem, stream, pdl,
+                               1, g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map,
+                               g.small_loads_first, kp, scale);
+        }
         auto launch_vk = [&](auto kernel) {
-          return launch_kernel(kernel, blocks, unsigned(g.warps_per_block * kWarp),
-                               smem_bytes<T, kLayout, kDk, kP>(g.warps_per_block) + fused_smem, stream, pdl,
-                               g.cluster, p, g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map, scale,
-                               g.group_heads, g.warps_per_head, g.cluster, g.small_loads_first, fdiv);
+          return launch_kernel(kernel, blocks, threads, smem, stream, pdl, g.cluster, g.items_per_head,
+                               g.items_per_warp, by_bph, by_hv, by_head_map, g.small_loads_first, kp, scale,
+                               g.group_heads, g.warps_per_head, g.cluster, fdiv);
         };
 #if !defined(GDN_HIP)
         // The norm alone in clusters whose blocks each own columns of one
-        // head, at most one a thread: its own instantiation (decode_kernel).
+        // head, at most one a thread: its own instantiation.
         if constexpr (kFused && !std::is_same<IO, MixedIO>::value) {
           if (p.conv_width == 0 && g.cluster > 1 && g.warps_per_head % g.warps_per_block == 0 &&
               g.items_per_warp * cols_per_item<T, kLayout, kDk, kP>() <= kWarp)
-            return launch_vk(&decode_kernel<T, kLayout, kDk, kP, IO, true, true>);
+            return launch_vk(&decode_vk_fused_kernel<T, kLayout, kDk, kP, IO, true>);
         }
 #endif
-        return launch_vk(&decode_kernel<T, kLayout, kDk, kP, IO, kFused, false>);
+        return launch_vk(&decode_vk_fused_kernel<T, kLayout, kDk, kP, IO, false>);
       }
     };
     return g.fused ? go(std::true_type{}) : go(std::false_type{});
