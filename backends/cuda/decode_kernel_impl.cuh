@@ -1499,7 +1499,7 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
 // what a block reads before its loads takes 3 constant lines (KernelParams).
 // (group_heads, warps_per_head, cluster and fdiv are the fused kernels'.)
 template <typename T, Layout kLayout, int kDk, int kP, typename IO>
-__global__ void __launch_bounds__(8 * kWarp, vk_min_blocks<T, false>())
+__global__ void __launch_bounds__(8 * kWarp, (vk_min_blocks<T, false>()))
     decode_vk_step_kernel(int items_per_head, int items_per_warp, FastDiv by_blocks_per_head, FastDiv by_hv,
                           FastDiv by_head_map, bool small_loads_first, const __grid_constant__ KernelParams p,
                           float scale) {
@@ -1508,7 +1508,7 @@ __global__ void __launch_bounds__(8 * kWarp, vk_min_blocks<T, false>())
 }
 // The fused kernels' entry point (same parameter order as the step's).
 template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kNormOnly>
-__global__ void __launch_bounds__(8 * kWarp, vk_min_blocks<T, true>())
+__global__ void __launch_bounds__(8 * kWarp, (vk_min_blocks<T, true>()))
     decode_vk_fused_kernel(int items_per_head, int items_per_warp, FastDiv by_blocks_per_head, FastDiv by_hv,
                            FastDiv by_head_map, bool small_loads_first, const __grid_constant__ KernelParams p,
                            float scale, int group_heads, int warps_per_head, int cluster, FusedArgs fdiv) {
