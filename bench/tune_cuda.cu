@@ -33,7 +33,6 @@ cudaError_t run_variant(const gdn::DecodeParams& p, int sms, int max_ipw, cudaSt
 template <typename T>
 std::vector<Variant> variants() {
   return {
-      {"vk P=4", Layout::kVK, run_variant<T, Layout::kVK, 4>},
       {"vk P=8", Layout::kVK, run_variant<T, Layout::kVK, 8>},
       {"vk P=16", Layout::kVK, run_variant<T, Layout::kVK, 16>},
       {"vk P=32", Layout::kVK, run_variant<T, Layout::kVK, 32>},
