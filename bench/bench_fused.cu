@@ -135,7 +135,7 @@ struct Row {
 };
 std::vector<Row> g_rows;
 struct PdlRow {
-  std::string name;
+  std::string name, what, upstream_carveout;
   double upstream, without, with;
 };
 std::vector<PdlRow> g_pdl;
@@ -172,11 +172,18 @@ void BM_Middle(benchmark::State& st, Shape shape) {
   g_rows.push_back({label(shape), step, fused, sep, conv_only, norm_only});
 }
 
-// upstream stand-in -> fused middle, with and without PDL
-void BM_Pdl(benchmark::State& st, Shape shape) {
+// upstream stand-in -> fused middle (or the step alone), with and without
+// PDL. up_carveout: the stand-in's preferred shared-memory carveout. A GEMM
+// keeps its SMs' carveout at (or near) all shared memory (100); a kernel
+// that uses none, as the stand-in does, gets the driver's default (-1), a
+// small one that cannot hold our blocks until its SMs drain (the PDL rows
+// of bench/RESULTS.md, round 17).
+void BM_Pdl(benchmark::State& st, Shape shape, bool middle, int up_carveout) {
   FusedBed fb(shape);
   int sms = 0;
   GDN_BENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  GDN_BENCH_CHECK(
+      cudaFuncSetAttribute(projection_standin_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, up_carveout));
   const int64_t vecs = int64_t(fb.proj_bytes / 16);
   auto upstream = [&](const Set& cur) {
     const size_t i = fb.index_of(cur);
@@ -189,11 +196,11 @@ void BM_Pdl(benchmark::State& st, Shape shape) {
     up = time_calls(fb, [&](const Set& cur, const Set&) { upstream(cur); });
     without = time_calls(fb, [&](const Set& cur, const Set&) {
       upstream(cur);
-      check(gdn::decode(fb.fused(cur, true, true), gdn::Backend::kCuda));
+      check(gdn::decode(fb.fused(cur, middle, middle), gdn::Backend::kCuda));
     });
     with = time_calls(fb, [&](const Set& cur, const Set&) {
       upstream(cur);
-      gdn::DecodeParams p = fb.fused(cur, true, true);
+      gdn::DecodeParams p = fb.fused(cur, middle, middle);
       p.programmatic_launch = true;
       check(gdn::decode(p, gdn::Backend::kCuda));
     });
@@ -201,7 +208,8 @@ void BM_Pdl(benchmark::State& st, Shape shape) {
   }
   st.counters["without_us"] = without;
   st.counters["gain_us"] = without - with;
-  g_pdl.push_back({label(shape), up, without, with});
+  g_pdl.push_back({label(shape), middle ? "middle" : "step", up_carveout < 0 ? "default" : "all shared", up,
+                   without, with});
 }
 
 #if defined(GDN_TRACE)
@@ -439,6 +447,96 @@ void trace_calls(const Shape& s, bool copy, bool tail = false, size_t max_blocks
               label(s).c_str(), copy ? "copy" : "step", us, span[span.size() / 2], span.front(), gap[gap.size() / 2],
               gap.front(), n);
 }
+
+// `trace pdl`: the upstream stand-in followed by the fused middle at B = 1,
+// with and without a programmatic launch, calls back to back in a graph.
+// Per call: where the middle's blocks ran (distinct SMs, most blocks on one
+// SM), when its first block started and its last ended relative to the
+// upstream's last block end, and each block's own duration (entry to end).
+// up_carveout >= 0 sets the upstream's preferred shared-memory carveout.
+void trace_pdl(const Shape& s, bool pdl, int up_carveout, bool middle) {
+  FusedBed fb(s);
+  int sms = 0;
+  GDN_BENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  GDN_BENCH_CHECK(cudaFuncSetAttribute(projection_standin_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       up_carveout));
+  const int n = fb.bed.calls();
+  const size_t max_blocks = 1024, per_call = max_blocks * kTraceWords;
+  const int up_blocks = 2 * sms;
+  unsigned long long *buf = nullptr, *ubuf = nullptr;
+  GDN_BENCH_CHECK(cudaMalloc(&buf, n * per_call * 8));
+  GDN_BENCH_CHECK(cudaMalloc(&ubuf, size_t(n) * up_blocks * 8));
+  const int64_t vecs = int64_t(fb.proj_bytes / 16);
+  int c = 0;
+  cudaGraphExec_t g = fb.bed.capture(n, [&](const Set& cur, const Set&) {
+    const size_t i = fb.index_of(cur);
+    launch_projection_standin(static_cast<const uint4*>(fb.proj_weight), vecs, static_cast<bf16*>(cur.qkv),
+                              fb.bed.s.B * fb.bed.conv_dim, static_cast<bf16*>(fb.z[i]),
+                              fb.bed.s.B * fb.bed.s.hv * fb.bed.s.d, up_blocks, fb.bed.stream,
+                              ubuf + size_t(c) * up_blocks);
+    gdn::DecodeParams p = fb.fused(cur, middle, middle);
+    p.programmatic_launch = pdl;
+    p.invalid_index_count = reinterpret_cast<uint32_t*>(buf + size_t(c) * per_call);
+    ++c;
+    check(gdn::decode(p, gdn::Backend::kCuda));
+  });
+  const double us = fb.bed.time_graph(g, n);
+  GDN_BENCH_CHECK(cudaMemset(buf, 0, n * per_call * 8));
+  GDN_BENCH_CHECK(cudaGraphLaunch(g, fb.bed.stream));
+  GDN_BENCH_CHECK(cudaStreamSynchronize(fb.bed.stream));
+  cudaGraphExecDestroy(g);
+  std::vector<unsigned long long> h(n * per_call), u(size_t(n) * up_blocks);
+  GDN_BENCH_CHECK(cudaMemcpy(h.data(), buf, h.size() * 8, cudaMemcpyDeviceToHost));
+  GDN_BENCH_CHECK(cudaMemcpy(u.data(), ubuf, u.size() * 8, cudaMemcpyDeviceToHost));
+  cudaFree(buf);
+  cudaFree(ubuf);
+  std::vector<double> sm_used, sm_max, first, last, dur, up_span, dur_alone, dur_shared;
+  for (int i = 0; i < n; ++i) {
+    unsigned long long up_end = 0, up_first_end = ~0ull;
+    for (int b = 0; b < up_blocks; ++b) {
+      up_end = std::max(up_end, u[size_t(i) * up_blocks + b]);
+      up_first_end = std::min(up_first_end, u[size_t(i) * up_blocks + b]);
+    }
+    std::vector<int> per_sm(1024, 0);
+    double f = 1e30, l = -1e30;
+    std::vector<double> d;
+    for (size_t blk = 0; blk < max_blocks; ++blk) {
+      const unsigned long long* t = &h[i * per_call + blk * kTraceWords];
+      if (t[14] == 0) continue;
+      if (t[22] > 0 && t[22] <= 1024) ++per_sm[t[22] - 1];
+      f = std::min(f, double(t[14]) - double(up_end));
+      l = std::max(l, double(t[15]) - double(up_end));
+      d.push_back(double(t[15]) - double(t[14]));
+    }
+    if (d.empty()) continue;
+    // the blocks alone on their SM against those that shared it
+    for (size_t blk = 0; blk < max_blocks; ++blk) {
+      const unsigned long long* t = &h[i * per_call + blk * kTraceWords];
+      if (t[14] == 0 || t[22] == 0 || t[22] > 1024) continue;
+      (per_sm[t[22] - 1] == 1 ? dur_alone : dur_shared).push_back(double(t[15]) - double(t[14]));
+    }
+    std::sort(d.begin(), d.end());
+    dur.push_back(d[d.size() / 2]);
+    int used = 0, mx = 0;
+    for (int v : per_sm) used += v > 0, mx = std::max(mx, v);
+    sm_used.push_back(used);
+    sm_max.push_back(mx);
+    first.push_back(f);
+    last.push_back(l);
+    up_span.push_back(double(up_end - up_first_end));
+  }
+  auto med = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("%-16s %-6s pdl %d up-carveout %4d: %6.2f us/call (upstream + it); its blocks on %3.0f SMs, "
+              "at most %2.0f on one; first start %6.0f ns, last end %6.0f ns after the upstream's last block end "
+              "(upstream blocks end over %5.0f ns); block duration median %5.0f ns (alone on its SM %5.0f, %zu blocks; "
+              "sharing it %5.0f, %zu)\n",
+              label(s).c_str(), middle ? "middle" : "step", int(pdl), up_carveout, us, med(sm_used), med(sm_max), med(first), med(last),
+              med(up_span), med(dur), med(dur_alone), dur_alone.size(), med(dur_shared), dur_shared.size());
+}
 #endif
 
 }  // namespace
@@ -457,6 +555,15 @@ int main(int argc, char** argv) {
           trace_calls(Shape{B, 16, 32, 128, t, gdn::Layout::kVK, false}, false, true, 32768);
           trace_calls(Shape{B, 16, 32, 128, t, gdn::Layout::kKV, false}, false, true, 32768);
         }
+      return 0;
+    }
+    if (argc > 2 && std::string(argv[2]) == "pdl") {
+      for (int rep = 0; rep < 1; ++rep)
+        for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
+          for (gdn::Layout l : {gdn::Layout::kVK, gdn::Layout::kKV})
+            for (int cv : {-1, 100})
+              for (bool middle : {true, false})
+                for (bool pdl : {false, true}) trace_pdl(Shape{1, 16, 32, 128, t, l, false}, pdl, cv, middle);
       return 0;
     }
     if (argc > 2 && std::string(argv[2]) == "mid") {
@@ -509,7 +616,14 @@ int main(int argc, char** argv) {
   for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
     for (gdn::Layout l : {gdn::Layout::kVK, gdn::Layout::kKV}) {
       const Shape s{1, 16, 32, 128, t, l, false};
-      benchmark::RegisterBenchmark(("pdl/" + label(s)).c_str(), BM_Pdl, s)->UseManualTime()->Iterations(1);
+      for (bool middle : {true, false})
+        for (int carveout : {100, -1})
+          benchmark::RegisterBenchmark(("pdl/" + label(s) + (middle ? "/middle" : "/step") +
+                                        (carveout < 0 ? "/upstream-default-carveout" : "/upstream-all-shared"))
+                                           .c_str(),
+                                       BM_Pdl, s, middle, carveout)
+              ->UseManualTime()
+              ->Iterations(1);
     }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
@@ -519,9 +633,12 @@ int main(int argc, char** argv) {
   for (const Row& r : g_rows)
     std::printf("%-16s %9.2f %9.2f %9.2f %9.2f %9.2f %11.3f %11.3f\n", r.name.c_str(), r.step, r.fused, r.conv_only,
                 r.norm_only, r.separate, r.fused / r.step, r.separate / r.fused);
-  std::printf("\nPDL: upstream stand-in (in_proj weight bytes at B = 1) then the fused middle, µs per layer call\n");
-  std::printf("%-16s %9s %9s %9s %9s\n", "shape", "upstream", "no PDL", "PDL", "gain");
+  std::printf("\nPDL: upstream stand-in (in_proj weight bytes at B = 1) then the fused middle or the step, µs per "
+              "layer call; the upstream's shared-memory carveout all shared (as a GEMM's) or the driver's default\n");
+  std::printf("%-16s %-7s %-11s %9s %9s %9s %9s\n", "shape", "kernel", "upstream", "upstream", "no PDL", "PDL",
+              "gain");
   for (const PdlRow& r : g_pdl)
-    std::printf("%-16s %9.2f %9.2f %9.2f %9.2f\n", r.name.c_str(), r.upstream, r.without, r.with, r.without - r.with);
+    std::printf("%-16s %-7s %-11s %9.2f %9.2f %9.2f %9.2f\n", r.name.c_str(), r.what.c_str(),
+                r.upstream_carveout.c_str(), r.upstream, r.without, r.with, r.without - r.with);
   return 0;
 }

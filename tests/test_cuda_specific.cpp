@@ -72,62 +72,75 @@ TEST_F(CudaOnly, GraphCaptureAndReplay) {
 // over a cluster of blocks on sm_90) and B = 40 (one block a group): the
 // replayed graph computes the step, and bitwise what a plain eager call
 // computes (PDL only changes when the kernel may start).
-TEST_F(CudaOnly, ProgrammaticLaunchOfTheFusedMiddleInAGraph) {
-  for (int64_t batch : {1, 40})
-    for (gdn::Layout layout : {gdn::Layout::kKV, gdn::Layout::kVK}) {
-      CaseSpec spec;
-      spec.name = "pdl";
-      spec.seed = 23 + uint64_t(batch);
-      spec.batch = batch;
-      spec.hk = 2;
-      spec.hv = 4;
-      spec.dk = spec.dv = 128;
-      spec.layout = layout;
-      spec.conv_width = 4;
-      spec.conv_bias = true;
-      spec.norm = true;
-      const HostCase hc = make_case(spec);
-      DeviceCase eager(hc, gdn::Backend::kCuda), pdl(hc, gdn::Backend::kCuda);
-      ASSERT_TRUE(eager.run().ok());
+// The fused middle and the step alone, launched programmatically behind
+// another kernel in a captured graph, against the reference and bitwise
+// against the same call launched eagerly. Their grids fit the GPU at once, so
+// they run with the padded shared memory of spread_smem.
+TEST_F(CudaOnly, ProgrammaticLaunchInAGraph) {
+  for (bool fused : {true, false})
+    for (int64_t batch : {1, 40})
+      for (gdn::Layout layout : {gdn::Layout::kKV, gdn::Layout::kVK}) {
+        SCOPED_TRACE(std::string(fused ? "fused middle" : "step") + ", B = " + std::to_string(batch) +
+                     (layout == gdn::Layout::kKV ? ", kv" : ", vk"));
+        CaseSpec spec;
+        spec.name = "pdl";
+        spec.seed = 23 + uint64_t(batch) + (fused ? 0 : 100);
+        spec.batch = batch;
+        spec.hk = 2;
+        spec.hv = 4;
+        spec.dk = spec.dv = 128;
+        spec.layout = layout;
+        spec.conv_width = fused ? 4 : 0;
+        spec.conv_bias = fused;
+        spec.norm = fused;
+        const HostCase hc = make_case(spec);
+        DeviceCase eager(hc, gdn::Backend::kCuda), pdl(hc, gdn::Backend::kCuda);
+        ASSERT_TRUE(eager.run().ok());
 
-      cudaStream_t stream;
-      ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-      pdl.p.stream = stream;
-      pdl.p.programmatic_launch = true;
-      // An upstream kernel for the programmatic edge to follow: a step on
-      // pools of its own.
-      CaseSpec up_spec;
-      up_spec.name = "upstream";
-      up_spec.seed = 99;
-      up_spec.batch = 64;
-      up_spec.hk = 4;
-      up_spec.hv = 8;
-      up_spec.dk = up_spec.dv = 128;
-      DeviceCase up(make_case(up_spec), gdn::Backend::kCuda);
-      up.p.stream = stream;
-      cudaGraph_t graph;
-      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-      ASSERT_TRUE(gdn::decode(up.p, gdn::Backend::kCuda).ok());
-      const gdn::Status st = gdn::decode(pdl.p, gdn::Backend::kCuda);
-      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-      ASSERT_TRUE(st.ok()) << st.message;
-      cudaGraphExec_t exec;
-      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        cudaStream_t stream;
+        ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+        pdl.p.stream = stream;
+        pdl.p.programmatic_launch = true;
+        // An upstream kernel for the programmatic edge to follow: a step on
+        // pools of its own.
+        CaseSpec up_spec;
+        up_spec.name = "upstream";
+        up_spec.seed = 99;
+        up_spec.batch = 64;
+        up_spec.hk = 4;
+        up_spec.hv = 8;
+        up_spec.dk = up_spec.dv = 128;
+        DeviceCase up(make_case(up_spec), gdn::Backend::kCuda);
+        up.p.stream = stream;
+        cudaGraph_t graph;
+        ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+        ASSERT_TRUE(gdn::decode(up.p, gdn::Backend::kCuda).ok());
+        const gdn::Status st = gdn::decode(pdl.p, gdn::Backend::kCuda);
+        ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+        ASSERT_TRUE(st.ok()) << st.message;
+        cudaGraphExec_t exec;
+        ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
 
-      uint32_t counter = 0;
-      std::memcpy(&counter, pdl.counter.download().data(), 4);
-      const RefResult R = reference_step(hc.ref, hc.pool, hc.conv_pool);
-      check_step(hc, R, pdl.o.download(), hc.state, pdl.state.download(), hc.conv_state, pdl.conv_state.download(),
-                 counter);
-      EXPECT_TRUE(pdl.o.download() == eager.o.download()) << "B=" << batch << ": output differs from the eager call";
-      EXPECT_TRUE(pdl.state.download() == eager.state.download()) << "B=" << batch << ": state differs";
-      EXPECT_TRUE(pdl.conv_state.download() == eager.conv_state.download()) << "B=" << batch << ": conv state differs";
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
-      cudaStreamDestroy(stream);
-    }
+        uint32_t counter = 0;
+        std::memcpy(&counter, pdl.counter.download().data(), 4);
+        const RefResult R = reference_step(hc.ref, hc.pool, hc.conv_pool);
+        if (fused)
+          check_step(hc, R, pdl.o.download(), hc.state, pdl.state.download(), hc.conv_state,
+                     pdl.conv_state.download(), counter);
+        else
+          check_step(hc, R, pdl.o.download(), hc.state, pdl.state.download(), counter);
+        EXPECT_TRUE(pdl.o.download() == eager.o.download()) << "B=" << batch << ": output differs from the eager call";
+        EXPECT_TRUE(pdl.state.download() == eager.state.download()) << "B=" << batch << ": state differs";
+        if (fused) {
+          EXPECT_TRUE(pdl.conv_state.download() == eager.conv_state.download())
+              << "B=" << batch << ": conv state differs";
+        }
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        cudaStreamDestroy(stream);
+      }
 }
 
 // The fused middle with more groups (row, k-head) than SMs, where a group is

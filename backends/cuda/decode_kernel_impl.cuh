@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "decode_kernel.cuh"
 
@@ -102,6 +106,7 @@ __device__ __forceinline__ void count_bad_indices(const Params& p, const RowSlot
 // clock64 at mark k in trace[block * 32 + k] and the global timer at marks 0
 // and 8 in slots 14 and 15 (so marks 14 and 15 do not exist); the buffer
 // travels in invalid_index_count, which a dense call (no indices) never uses.
+// Mark 0 also stores the block's SM id + 1 in slot 22 (`trace pdl`).
 #if defined(GDN_TRACE)
 template <typename Params>
 __device__ __forceinline__ void trace_mark(const Params& p, int k) {
@@ -114,6 +119,11 @@ __device__ __forceinline__ void trace_mark(const Params& p, int k) {
     unsigned long long g;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g)::"memory");
     t[k == 0 ? 14 : 15] = g;
+  }
+  if (k == 0) {
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    t[22] = sm + 1;
   }
 }
 #define GDN_MARK(k) trace_mark(p, k)
@@ -2352,9 +2362,88 @@ bool sm90_capable() {
 #endif
 }
 
+#if !defined(GDN_HIP)
+// The dynamic shared memory a programmatic launch of `kernel` asks for, so
+// that its blocks spread over the SMs. Such a grid is placed while the kernel
+// before it still runs. An SM whose shared-memory carveout cannot hold our
+// blocks (an upstream kernel that uses no shared memory keeps a small one)
+// takes none until it drains, and the block scheduler fills the first SMs
+// to drain up to the occupancy limit: at B = 1 the fused bf16 kv middle ran
+// its 64 blocks on 20 SMs, 4 on each, and the bf16 kv step its 128 on 17,
+// and with PDL a layer call was 1.5 and 2.0 us slower than without. So a
+// grid that fits the GPU at once asks for enough shared memory that an SM
+// holds no more of its blocks than the fewest that still fit every block
+// (every cluster) at once (B = 1: one or two an SM); other grids keep
+// `smem`. With it PDL gained 0.25-1.0 us a call in all 16 configurations
+// measured, behind an upstream with either carveout (H200, 2026-12-02,
+// bench/RESULTS.md round 17). The cost: behind an upstream whose blocks
+// hold more than half an SM's shared memory, our blocks wait for them to
+// leave. The answer is cached per (device, kernel, launch shape).
+inline size_t spread_smem(const void* kernel, unsigned grid, unsigned block, size_t smem, int cluster) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return (void)cudaGetLastError(), smem;
+  using Key = std::tuple<int, const void*, unsigned, unsigned, size_t, int>;
+  static std::mutex mu;
+  static std::map<Key, size_t> cache;
+  const Key key{dev, kernel, grid, block, smem, cluster};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  size_t out = smem;
+  int sms = 0, per_sm = 0, optin = 0, natural = 0;
+  cudaFuncAttributes a{};
+  // The dynamic limit raised to all a block may have beside its static
+  // shared memory (the kv kernels' partial sums).
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+      cudaFuncGetAttributes(&a, kernel) == cudaSuccess && size_t(optin) > a.sharedSizeBytes &&
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&natural, kernel, int(block), smem) == cudaSuccess &&
+      sms > 0 && natural > 0 && int64_t(grid) <= int64_t(natural) * sms &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(size_t(optin) - a.sharedSizeBytes)) == cudaSuccess) {
+    const size_t max_dynamic = size_t(optin) - a.sharedSizeBytes;
+    for (int cap = int((grid + unsigned(sms) - 1) / unsigned(sms)); cap < natural; ++cap) {
+      // (cap + 1) blocks of more than per_sm / (cap + 1) bytes do not fit an SM
+      const size_t pad = std::max(smem, size_t(per_sm) / size_t(cap + 1) + 1);
+      int fit = 0;
+      if (pad > max_dynamic ||
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, int(block), pad) != cudaSuccess || fit != cap)
+        continue;
+      if (cluster > 1) {
+        cudaLaunchConfig_t cfg{};
+        cfg.gridDim = dim3(grid);
+        cfg.blockDim = dim3(block);
+        cfg.dynamicSmemBytes = pad;
+        cudaLaunchAttribute attr;
+        attr.id = cudaLaunchAttributeClusterDimension;
+        attr.val.clusterDim.x = unsigned(cluster);
+        attr.val.clusterDim.y = 1;
+        attr.val.clusterDim.z = 1;
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+        int clusters = 0;
+        if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess ||
+            int64_t(clusters) * cluster < int64_t(grid))
+          continue;
+      }
+      out = pad;
+      break;
+    }
+  }
+  (void)cudaGetLastError();
+  std::lock_guard<std::mutex> lock(mu);
+  cache.emplace(key, out);
+  return out;
+}
+#endif
+
 // kernel<<<grid, block, smem, stream>>>(args...), or through
 // cudaLaunchKernelEx with programmatic stream serialization (`pdl`) and/or
-// clusters of `cluster` blocks.
+// clusters of `cluster` blocks (a programmatic launch with the shared memory
+// of spread_smem).
 template <typename... KArgs, typename... Args>
 cudaError_t launch_kernel(void (*kernel)(KArgs...), unsigned grid, unsigned block, size_t smem, cudaStream_t stream,
                           bool pdl, int cluster, Args... args) {
@@ -2364,6 +2453,13 @@ cudaError_t launch_kernel(void (*kernel)(KArgs...), unsigned grid, unsigned bloc
     cfg.gridDim = dim3(grid);
     cfg.blockDim = dim3(block);
     cfg.dynamicSmemBytes = smem;
+#if defined(GDN_TRACE)
+    // (GDN_NO_SPREAD=1 turns the spread off in diagnostic builds, for A/B)
+    if (pdl && std::getenv("GDN_NO_SPREAD") == nullptr)
+#else
+    if (pdl)
+#endif
+      cfg.dynamicSmemBytes = spread_smem(reinterpret_cast<const void*>(kernel), grid, block, smem, cluster);
     cfg.stream = stream;
     cudaLaunchAttribute attr[2];
     unsigned n = 0;

@@ -117,7 +117,8 @@ struct DecodeParams {
   // (griddepcontrol.wait) before reading x/q/k/v, a/b, z and the conv state.
   // The caller promises that the previous kernel writes neither the state
   // pool nor the index arrays. Ignored where the GPU lacks it (sm_80, AMD)
-  // and by the host backend.
+  // and by the host backend. A one-wave grid then pads its shared memory so
+  // its blocks spread over the SMs (docs/operation.md).
   bool programmatic_launch{false};
 };
 
