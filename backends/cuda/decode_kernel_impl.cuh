@@ -2507,6 +2507,10 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
         with_io(p, [](auto io) { return sm90_capable<T, kLayout, kDk, kP, decltype(io), true>(); });
     int want = 1;
     while (clusters && want < 8 && groups * want < sms) want *= 2;
+#if defined(GDN_TRACE)
+    // (diagnostic builds: GDN_MAX_CLUSTER=n caps it, for A/B)
+    if (const char* mc = std::getenv("GDN_MAX_CLUSTER")) want = std::max(1, std::min(want, std::atoi(mc)));
+#endif
     g.blocks_per_head = 1;
     g.warps_per_head = 0;
     for (int c = want; c >= 1; --c) {
