@@ -448,12 +448,14 @@ void trace_calls(const Shape& s, bool copy, bool tail = false, size_t max_blocks
               gap.front(), n);
 }
 
-// `trace pdl`: the upstream stand-in followed by the fused middle at B = 1,
-// with and without a programmatic launch, calls back to back in a graph.
-// Per call: where the middle's blocks ran (distinct SMs, most blocks on one
-// SM), when its first block started and its last ended relative to the
-// upstream's last block end, and each block's own duration (entry to end).
-// up_carveout >= 0 sets the upstream's preferred shared-memory carveout.
+// `trace pdl`: the upstream stand-in followed by the fused middle or the
+// step alone at B = 1, with and without a programmatic launch, calls back to
+// back in a graph. Per call: where the kernel's blocks ran (distinct SMs,
+// most blocks on one SM), when its first block started and its last ended
+// relative to the upstream's last block end, and its blocks' durations
+// (entry to end; all of them, those alone on their SM, those sharing it).
+// up_carveout: the upstream's preferred shared-memory carveout (-1: the
+// driver's default; 100: all shared).
 void trace_pdl(const Shape& s, bool pdl, int up_carveout, bool middle) {
   FusedBed fb(s);
   int sms = 0;
@@ -558,12 +560,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (argc > 2 && std::string(argv[2]) == "pdl") {
-      for (int rep = 0; rep < 1; ++rep)
-        for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
-          for (gdn::Layout l : {gdn::Layout::kVK, gdn::Layout::kKV})
-            for (int cv : {-1, 100})
-              for (bool middle : {true, false})
-                for (bool pdl : {false, true}) trace_pdl(Shape{1, 16, 32, 128, t, l, false}, pdl, cv, middle);
+      for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
+        for (gdn::Layout l : {gdn::Layout::kVK, gdn::Layout::kKV})
+          for (int cv : {-1, 100})
+            for (bool middle : {true, false})
+              for (bool pdl : {false, true}) trace_pdl(Shape{1, 16, 32, 128, t, l, false}, pdl, cv, middle);
       return 0;
     }
     if (argc > 2 && std::string(argv[2]) == "mid") {
@@ -635,7 +636,7 @@ int main(int argc, char** argv) {
                 r.norm_only, r.separate, r.fused / r.step, r.separate / r.fused);
   std::printf("\nPDL: upstream stand-in (in_proj weight bytes at B = 1) then the fused middle or the step, µs per "
               "layer call; the upstream's shared-memory carveout all shared (as a GEMM's) or the driver's default\n");
-  std::printf("%-16s %-7s %-11s %9s %9s %9s %9s\n", "shape", "kernel", "upstream", "upstream", "no PDL", "PDL",
+  std::printf("%-16s %-7s %-11s %9s %9s %9s %9s\n", "shape", "kernel", "carveout", "upstream", "no PDL", "PDL",
               "gain");
   for (const PdlRow& r : g_pdl)
     std::printf("%-16s %-7s %-11s %9.2f %9.2f %9.2f %9.2f\n", r.name.c_str(), r.what.c_str(),

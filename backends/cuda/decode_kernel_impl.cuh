@@ -2374,7 +2374,7 @@ bool sm90_capable() {
 // grid that fits the GPU at once asks for enough shared memory that an SM
 // holds no more of its blocks than the fewest that still fit every block
 // (every cluster) at once (B = 1: one or two an SM); other grids keep
-// `smem`. With it PDL gained 0.25-1.0 us a call in all 16 configurations
+// `smem`. With it PDL gained 0.25-1.1 us a call in all 16 configurations
 // measured, behind an upstream with either carveout (H200, 2026-12-02,
 // bench/RESULTS.md round 17). The cost: behind an upstream whose blocks
 // hold more than half an SM's shared memory, our blocks wait for them to
