@@ -308,6 +308,21 @@ void param_probe_run(double ghz) {
   cudaFree(out);
 }
 
+// A traced graph of n calls: its time a call (time_graph, over the
+// rotation), then one more replay into a cleared trace buffer of `words`
+// 64-bit words, copied back; the graph is destroyed.
+std::vector<unsigned long long> replay_traced(FusedBed& fb, cudaGraphExec_t g, int n, unsigned long long* buf,
+                                              size_t words, double* us) {
+  *us = fb.bed.time_graph(g, n);
+  GDN_BENCH_CHECK(cudaMemset(buf, 0, words * 8));
+  GDN_BENCH_CHECK(cudaGraphLaunch(g, fb.bed.stream));
+  GDN_BENCH_CHECK(cudaStreamSynchronize(fb.bed.stream));
+  cudaGraphExecDestroy(g);
+  std::vector<unsigned long long> h(words);
+  GDN_BENCH_CHECK(cudaMemcpy(h.data(), buf, words * 8, cudaMemcpyDeviceToHost));
+  return h;
+}
+
 void trace_one(const Shape& s, bool conv, bool norm, double ghz, bool hot = false) {
   FusedBed fb(s);
   const size_t words = size_t(1) << 20;
@@ -319,13 +334,8 @@ void trace_one(const Shape& s, bool conv, bool norm, double ghz, bool hot = fals
     p.invalid_index_count = reinterpret_cast<uint32_t*>(buf);
     check(gdn::decode(p, gdn::Backend::kCuda));
   });
-  const double us = fb.bed.time_graph(g, n);
-  GDN_BENCH_CHECK(cudaMemset(buf, 0, words * 8));
-  GDN_BENCH_CHECK(cudaGraphLaunch(g, fb.bed.stream));
-  GDN_BENCH_CHECK(cudaStreamSynchronize(fb.bed.stream));
-  cudaGraphExecDestroy(g);
-  std::vector<unsigned long long> h(words);
-  GDN_BENCH_CHECK(cudaMemcpy(h.data(), buf, words * 8, cudaMemcpyDeviceToHost));
+  double us = 0;
+  const std::vector<unsigned long long> h = replay_traced(fb, g, n, buf, words, &us);
   cudaFree(buf);
   std::vector<std::vector<double>> d(kTraceMarks);
   std::vector<double> starts;
@@ -399,13 +409,8 @@ void trace_calls(const Shape& s, bool copy, bool tail = false, size_t max_blocks
       check(gdn::decode(p, gdn::Backend::kCuda));
     }
   });
-  const double us = fb.bed.time_graph(g, n);
-  GDN_BENCH_CHECK(cudaMemset(buf, 0, n * per_call * 8));
-  GDN_BENCH_CHECK(cudaGraphLaunch(g, fb.bed.stream));
-  GDN_BENCH_CHECK(cudaStreamSynchronize(fb.bed.stream));
-  cudaGraphExecDestroy(g);
-  std::vector<unsigned long long> h(n * per_call);
-  GDN_BENCH_CHECK(cudaMemcpy(h.data(), buf, h.size() * 8, cudaMemcpyDeviceToHost));
+  double us = 0;
+  const std::vector<unsigned long long> h = replay_traced(fb, g, n, buf, n * per_call, &us);
   cudaFree(buf);
   std::vector<double> first(n, 1e30), last(n, 0), span, gap;
   std::vector<std::vector<double>> ends(n);
@@ -482,13 +487,9 @@ void trace_pdl(const Shape& s, bool pdl, int up_carveout, bool middle) {
     ++c;
     check(gdn::decode(p, gdn::Backend::kCuda));
   });
-  const double us = fb.bed.time_graph(g, n);
-  GDN_BENCH_CHECK(cudaMemset(buf, 0, n * per_call * 8));
-  GDN_BENCH_CHECK(cudaGraphLaunch(g, fb.bed.stream));
-  GDN_BENCH_CHECK(cudaStreamSynchronize(fb.bed.stream));
-  cudaGraphExecDestroy(g);
-  std::vector<unsigned long long> h(n * per_call), u(size_t(n) * up_blocks);
-  GDN_BENCH_CHECK(cudaMemcpy(h.data(), buf, h.size() * 8, cudaMemcpyDeviceToHost));
+  double us = 0;
+  const std::vector<unsigned long long> h = replay_traced(fb, g, n, buf, n * per_call, &us);
+  std::vector<unsigned long long> u(size_t(n) * up_blocks);  // every block writes its end
   GDN_BENCH_CHECK(cudaMemcpy(u.data(), ubuf, u.size() * 8, cudaMemcpyDeviceToHost));
   cudaFree(buf);
   cudaFree(ubuf);

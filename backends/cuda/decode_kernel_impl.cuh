@@ -2380,6 +2380,10 @@ bool sm90_capable() {
 // hold more than half an SM's shared memory, our blocks wait for them to
 // leave. The answer is cached per (device, kernel, launch shape).
 inline size_t spread_smem(const void* kernel, unsigned grid, unsigned block, size_t smem, int cluster) {
+#if defined(GDN_TRACE)
+  // (diagnostic builds: GDN_NO_SPREAD=1 turns the spread off, for A/B)
+  if (std::getenv("GDN_NO_SPREAD") != nullptr) return smem;
+#endif
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return (void)cudaGetLastError(), smem;
   using Key = std::tuple<int, const void*, unsigned, unsigned, size_t, int>;
@@ -2453,12 +2457,7 @@ cudaError_t launch_kernel(void (*kernel)(KArgs...), unsigned grid, unsigned bloc
     cfg.gridDim = dim3(grid);
     cfg.blockDim = dim3(block);
     cfg.dynamicSmemBytes = smem;
-#if defined(GDN_TRACE)
-    // (GDN_NO_SPREAD=1 turns the spread off in diagnostic builds, for A/B)
-    if (pdl && std::getenv("GDN_NO_SPREAD") == nullptr)
-#else
     if (pdl)
-#endif
       cfg.dynamicSmemBytes = spread_smem(reinterpret_cast<const void*>(kernel), grid, block, smem, cluster);
     cfg.stream = stream;
     cudaLaunchAttribute attr[2];
