@@ -126,6 +126,16 @@ void register_all() {
               ->UseManualTime()->Iterations(1)->Unit(benchmark::kMicrosecond);
         }
     }
+  // Head dims 64 and 256 (SPEC §1: they must work; 128 is the tuned case),
+  // so a model with other heads sees what it gets, not an untuned surprise.
+  for (gdn::DType t : states)
+    for (gdn::Layout l : layouts)
+      for (int d : {64, 256})
+        for (int64_t B : {1, 32, 512}) {
+          const Shape s{B, 16, 32, d, t, l, false};
+          benchmark::RegisterBenchmark(("fused/" + label(s)).c_str(), BM_Fused, s)
+              ->UseManualTime()->Iterations(1)->Unit(benchmark::kMicrosecond);
+        }
   // The unfused baseline at the main shape.
   for (gdn::DType t : states)
     for (int64_t B : {1, 32, 512}) {

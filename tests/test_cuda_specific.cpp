@@ -202,6 +202,41 @@ TEST_F(CudaOnly, KvTilePairsWithAPool) {
   run_and_check(spec, gdn::Backend::kCuda);
 }
 
+// Small heads (Dk <= 64) past one wave of tiles: every kv block takes two
+// tiles at once (the pair path), in 4-warp tiles where one 8-warp tile
+// would cover the head. Dk = 64 with Dv = 64, 128 and 32 (one 4-warp tile
+// a head for bf16: no pair) and Dk = 48, fp32 and bf16, B = 200 at Hv = 4
+// (800 heads: more than one wave on an H200 or an A100), against the
+// reference with a pool: shuffled slots, padding rows, rows that do not
+// write, out-of-range indices, a separate write slot per row.
+TEST_F(CudaOnly, KvSmallHeadsPairTiles) {
+  const int dims[][2] = {{64, 64}, {64, 128}, {64, 32}, {48, 64}};
+  uint64_t seed = 71;
+  for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
+    for (const auto& d : dims) {
+      CaseSpec spec;
+      spec.name = std::string("kv small heads, ") + gdn::to_string(t) + ", Dk " + std::to_string(d[0]) + ", Dv " +
+                  std::to_string(d[1]);
+      spec.seed = seed++;
+      spec.batch = 200;
+      spec.hk = 2;
+      spec.hv = 4;
+      spec.dk = d[0];
+      spec.dv = d[1];
+      spec.state = t;
+      spec.layout = gdn::Layout::kKV;
+      spec.index = gdn::IndexType::kI32;
+      spec.extra_slots = 7;
+      spec.shuffle_slots = true;
+      spec.padding_rows = 5;
+      spec.out_indices = true;
+      spec.no_write_rows = 3;
+      spec.bad_in = 2;
+      spec.bad_out = 1;
+      run_and_check(spec, gdn::Backend::kCuda);
+    }
+}
+
 // One process driving every GPU it sees: kernel attributes (the shared-memory
 // opt-in that kv at Dk = 256 needs past 48 KiB, the fused stages') are per
 // device, so each GPU must get them at its first launch, not only the GPU of

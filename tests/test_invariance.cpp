@@ -36,8 +36,8 @@ struct Problem {
 };
 
 Problem make_problem(int64_t B, gdn::DType state, gdn::Layout layout, uint64_t seed, bool conv = false,
-                     bool norm = false) {
-  Problem P{B, B + 8, 2, 4, 128, state, layout, {}, {}, {}, {}, {}, {}, {}, conv, norm, {}, {}, {}, {}, {}};
+                     bool norm = false, int d = 128) {
+  Problem P{B, B + 8, 2, 4, d, state, layout, {}, {}, {}, {}, {}, {}, {}, conv, norm, {}, {}, {}, {}, {}};
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> n01(0.0, 1.0);
   auto fill = [&](std::vector<uint8_t>& x, int64_t n, gdn::DType t, double sd) {
@@ -182,14 +182,17 @@ TEST_P(DecodeTest, DeterministicAndBatchInvariant) {
   // a warp to 3, the count that leaves a head's last warp 2; at B = 48, 192
   // heads, fp32 kv blocks take two tiles each and reduce them together, on
   // an A100 too); smaller on the host, whose reference arithmetic is slow.
+  // Head dim 64 too: kv blocks there take two tiles at once from B = 600
+  // (4-warp tiles for 16-bit states), one 4-warp tile a block alone.
   const bool host = backend() == gdn::Backend::kHost;
-  for (const int64_t B : host ? std::vector<int64_t>{24} : std::vector<int64_t>{48, 600})
-    for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
-      for (gdn::Layout l : {gdn::Layout::kKV, gdn::Layout::kVK}) {
-        SCOPED_TRACE(std::string("B ") + std::to_string(B) + ", state " + gdn::to_string(t) + ", layout " +
-                     gdn::to_string(l));
-        expect_invariant(backend(), make_problem(B, t, l, 77));
-      }
+  for (const int d : {128, 64})
+    for (const int64_t B : host ? std::vector<int64_t>{24} : std::vector<int64_t>{48, 600})
+      for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
+        for (gdn::Layout l : {gdn::Layout::kKV, gdn::Layout::kVK}) {
+          SCOPED_TRACE(std::string("B ") + std::to_string(B) + ", state " + gdn::to_string(t) + ", layout " +
+                       gdn::to_string(l) + ", head dim " + std::to_string(d));
+          expect_invariant(backend(), make_problem(B, t, l, 77, false, false, d));
+        }
 }
 
 TEST_P(DecodeTest, FusedMiddleDeterministicAndBatchInvariant) {

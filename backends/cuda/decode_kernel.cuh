@@ -40,6 +40,9 @@
 // count is B * Hv * ceil(tiles / tiles per block). When every tile of a
 // 4-warp tile (64-byte row segments) can have its own block, all resident
 // at once, the launch takes that tile instead (kKvSmallW; B = 1 at Hv = 32).
+// Small heads (Dk <= 64) in longer grids: every block takes two tiles at
+// once, 4-warp ones where an 8-warp tile would cover the head (one 8 KiB
+// tile a block ran at 1.5x the copy floor; plan_launch).
 // The sum over a column's rows is one fixed balanced tree over the 32 row
 // groups, whatever kW and the tiles a block streams, so kv is
 // batch-invariant and deterministic like vk. The fused middle's kv kernel
@@ -478,6 +481,13 @@ constexpr int kv_stages() {
 #else
   return GDN_VK_STAGES < 2 ? GDN_VK_STAGES : sizeof(T) == 4 ? 3 : 2;
 #endif
+}
+// The kv step's ring: kv_stages, and 3 for 16-bit states at Dk <= 64 too,
+// whose blocks take two small tiles at once in multi-wave grids (the pair
+// path of decode_kv_step_kernel; plan_launch says why).
+template <typename T, int kDk>
+constexpr int kv_step_stages() {
+  return kDk <= 64 && kv_stages<T>() == 2 ? 3 : kv_stages<T>();
 }
 
 // A 16-byte vector of state elements.

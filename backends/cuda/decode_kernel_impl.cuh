@@ -1995,17 +1995,27 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
 // not four times, and only 2 kVec partial sums a thread are exchanged.
 // A block streams tiles [t, t_end) of its head, kv_stages - 1 of them
 // in flight while one is reduced; a block of exactly two tiles, both in
-// flight from the start (3 stages: fp32), reduces them together (the pair
-// path below).
+// flight from the start (3 stages: fp32, and 16-bit states at Dk <= 64),
+// reduces them together (the pair path below).
+// Blocks of the kv step an SM must hold (its register budget): 1024 threads
+// up to Dk = 128 (64 registers), 2 blocks at Dk = 256, where a 16-bit tile
+// took 168 registers and ran one block an SM; at 128 it spills nothing and
+// bf16 at Dk = 256 went from 1.26x to 1.16x the copy floor at B = 32, 1.10x
+// to 1.04x at B = 512 (bench/RESULTS.md round 18; fp32, limited by its
+// 96 KiB ring to 2 blocks anyway, unchanged).
+template <int kDk, int kW>
+constexpr int kv_step_min_blocks() {
+  return kDk <= 128 ? 1024 / (kW * kWarp) : 2;
+}
 template <typename T, int kDk, int kW, typename IO>
-__global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) : 1)
+__global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
     decode_kv_step_kernel(int tiles_per_head, int tiles_per_block, FastDiv by_blocks_per_head, FastDiv by_hv,
                           FastDiv by_head_map, bool small_loads_first, const __grid_constant__ KernelParams p,
                           float scale) {
   using R = KvRegTile<T, kDk, kW>;
   using V = Vec<T>;
   constexpr int kVec = R::kVec, kRows = R::kRows, kCols = R::kCols, kThreads = R::kThreads;
-  constexpr int kStagesHere = kv_stages<T>();
+  constexpr int kStagesHere = kv_step_stages<T, kDk>();
   // dynamic: the ring, kStagesHere stages of [kRows][kThreads] chunks
   extern __shared__ uint4 smem_raw[];
   V* const ring = reinterpret_cast<V*>(smem_raw);
@@ -2175,7 +2185,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
 // Dynamic shared memory of the kv step kernel: its ring.
 template <typename T, int kDk, int kW>
 constexpr size_t kv_step_smem_bytes() {
-  return size_t(kv_stages<T>()) * KvTile<T, kDk, kW>::kRows * KvTile<T, kDk, kW>::kThreads * 16;
+  return size_t(kv_step_stages<T, kDk>()) * KvTile<T, kDk, kW>::kRows * KvTile<T, kDk, kW>::kThreads * 16;
 }
 
 // Dynamic shared memory of a block: the ring (vk: kStages items per warp; kv:
@@ -2562,6 +2572,30 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
       }
     }
     const int64_t slots = int64_t(resident_warps / kP) * sms;
+    if constexpr (kP > kKvSmallW && kDk <= 64) {
+      // Small heads (Dk <= 64) in grids of more than one wave: a block takes
+      // two tiles at once (the step kernel's pair path, both in flight from
+      // the start: kv_step_stages), in 4-warp tiles where one 8-warp tile
+      // would cover the head (16-bit, Dv <= 64). One 8 KiB tile a block left
+      // too few bytes in flight an SM: Dk = Dv = 64 ran at 1.49x (fp32) and
+      // 1.56x (bf16) the copy floor at B = 512, and more blocks an SM (1280
+      // or 1536 threads) only took that to 1.31x and 1.49x; paired, 1.06x
+      // and 1.11x (bench/RESULTS.md round 18). Same sums, bit for bit
+      // (KvRegTile: the tree depends neither on kW nor on the pairing).
+      if (items > slots) {
+        int w = kP, iph = g.items_per_head;
+        if (iph < 2) {
+          w = kKvSmallW;
+          iph = (p.head_dim_v + KvTile<T, kDk, kKvSmallW>::kCols - 1) / KvTile<T, kDk, kKvSmallW>::kCols;
+        }
+        g.items_per_head = iph;
+        g.warps_per_block = w;
+        g.items_per_warp = iph < 2 ? iph : 2;
+        g.blocks_per_head = (iph + g.items_per_warp - 1) / g.items_per_warp;
+        g.small_loads_first = false;
+        return g;
+      }
+    }
     int64_t n = (items + slots - 1) / slots;
     if (sizeof(T) == 4 && n > 2) n = 1;
     g.warps_per_block = kP;
