@@ -1983,20 +1983,6 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
 }
 
 // ---- kv, the step ------------------------------------------------------------
-// kv step (no prologue or epilogue): a block of kW warps owns a tile of kW
-// 16-byte chunks of every row (KvTile), computed where it was copied
-// (KvRegTile): thread t copies chunk t % kW of rows t / kW + kWarp n (a warp
-// instruction covers whole 128-byte row segments at kW = 8) into its own
-// slots of a shared-memory ring (cp.async: the next tile in flight without
-// registers), reads them back once they land and keeps them in registers
-// through the tile's two barriers, then stores S' from them. Against the
-// fused kernel's transposition (decode_kv_fused_kernel: a warp a chunk, S'
-// written back, the block storing rows) the state crosses shared memory once,
-// not four times, and only 2 kVec partial sums a thread are exchanged.
-// A block streams tiles [t, t_end) of its head, kv_stages - 1 of them
-// in flight while one is reduced; a block of exactly two tiles, both in
-// flight from the start (3 stages: fp32, and 16-bit states at Dk <= 64),
-// reduces them together (the pair path below).
 // Blocks of the kv step an SM must hold (its register budget): 1024 threads
 // up to Dk = 128 (64 registers), 2 blocks at Dk = 256, where a 16-bit tile
 // took 168 registers and ran one block an SM; at 128 it spills nothing and
@@ -2007,6 +1993,21 @@ template <int kDk, int kW>
 constexpr int kv_step_min_blocks() {
   return kDk <= 128 ? 1024 / (kW * kWarp) : 2;
 }
+
+// kv step (no prologue or epilogue): a block of kW warps owns a tile of kW
+// 16-byte chunks of every row (KvTile), computed where it was copied
+// (KvRegTile): thread t copies chunk t % kW of rows t / kW + kWarp n (a warp
+// instruction covers whole 128-byte row segments at kW = 8) into its own
+// slots of a shared-memory ring (cp.async: the next tile in flight without
+// registers), reads them back once they land and keeps them in registers
+// through the tile's two barriers, then stores S' from them. Against the
+// fused kernel's transposition (decode_kv_fused_kernel: a warp a chunk, S'
+// written back, the block storing rows) the state crosses shared memory once,
+// not four times, and only 2 kVec partial sums a thread are exchanged.
+// A block streams tiles [t, t_end) of its head, kv_step_stages - 1 of them
+// in flight while one is reduced; a block of exactly two tiles, both in
+// flight from the start (3 stages: fp32, and 16-bit states at Dk <= 64),
+// reduces them together (the pair path below).
 template <typename T, int kDk, int kW, typename IO>
 __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
     decode_kv_step_kernel(int tiles_per_head, int tiles_per_block, FastDiv by_blocks_per_head, FastDiv by_hv,
