@@ -168,6 +168,21 @@ TEST_F(CudaOnly, FusedMiddleWithMoreGroupsThanSms) {
     }
 }
 
+// A pool with every feature at once: `extra` slots past the rows, shuffled;
+// `padding` padding rows, `no_write` rows that do not write, `bad_in` rows
+// whose read index is out of range and one whose write index is, and a
+// separate write slot per row.
+void every_pool_feature(CaseSpec& spec, gdn::IndexType index, int extra, int padding, int no_write, int bad_in) {
+  spec.index = index;
+  spec.extra_slots = extra;
+  spec.shuffle_slots = true;
+  spec.padding_rows = padding;
+  spec.out_indices = true;
+  spec.no_write_rows = no_write;
+  spec.bad_in = bad_in;
+  spec.bad_out = 1;
+}
+
 // fp32 kv blocks of exactly two tiles (B * Hv between one and two waves of
 // the 8-warp tiles: 192 heads on an H200 or an A100) reduce both tiles
 // together (decode_kv_step_kernel's pair path). Checked against the
@@ -183,14 +198,7 @@ TEST_F(CudaOnly, KvTilePairsWithAPool) {
   spec.dk = spec.dv = 128;
   spec.state = gdn::DType::kF32;
   spec.layout = gdn::Layout::kKV;
-  spec.index = gdn::IndexType::kI64;
-  spec.extra_slots = 5;
-  spec.shuffle_slots = true;
-  spec.padding_rows = 3;
-  spec.out_indices = true;
-  spec.no_write_rows = 2;
-  spec.bad_in = 1;
-  spec.bad_out = 1;
+  every_pool_feature(spec, gdn::IndexType::kI64, 5, 3, 2, 1);
   run_and_check(spec, gdn::Backend::kCuda);
   spec.name = "kv tile pairs, fp32, in place";
   spec.seed = 62;
@@ -225,14 +233,7 @@ TEST_F(CudaOnly, KvSmallHeadsPairTiles) {
       spec.dv = d[1];
       spec.state = t;
       spec.layout = gdn::Layout::kKV;
-      spec.index = gdn::IndexType::kI32;
-      spec.extra_slots = 7;
-      spec.shuffle_slots = true;
-      spec.padding_rows = 5;
-      spec.out_indices = true;
-      spec.no_write_rows = 3;
-      spec.bad_in = 2;
-      spec.bad_out = 1;
+      every_pool_feature(spec, gdn::IndexType::kI32, 7, 5, 3, 2);
       run_and_check(spec, gdn::Backend::kCuda);
     }
 }
