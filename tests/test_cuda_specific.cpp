@@ -212,8 +212,8 @@ TEST_F(CudaOnly, KvTilePairsWithAPool) {
 
 // Small heads (Dk <= 64) past one wave of tiles: every kv block takes two
 // tiles at once (the pair path), in 4-warp tiles where one 8-warp tile
-// would cover the head. Dk = 64 with Dv = 64, 128 and 32 (one 4-warp tile
-// a head for bf16: no pair) and Dk = 48, fp32 and bf16, B = 200 at Hv = 4
+// would cover the head. Dk = 64 with Dv = 64, 128 and 32 (for bf16 one
+// 4-warp tile a head: no pair) and Dk = 48, fp32 and bf16, B = 200 at Hv = 4
 // (800 heads: more than one wave on an H200 or an A100), against the
 // reference with a pool: shuffled slots, padding rows, rows that do not
 // write, out-of-range indices, a separate write slot per row.
