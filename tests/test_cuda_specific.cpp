@@ -67,15 +67,13 @@ TEST_F(CudaOnly, GraphCaptureAndReplay) {
   }
 }
 
-// The fused middle (conv prologue + gated RMSNorm) launched programmatically
-// (PDL) behind another kernel inside a captured graph, at B = 1 (a group split
-// over a cluster of blocks on sm_90) and B = 40 (one block a group): the
-// replayed graph computes the step, and bitwise what a plain eager call
-// computes (PDL only changes when the kernel may start).
-// The fused middle and the step alone, launched programmatically behind
-// another kernel in a captured graph, against the reference and bitwise
-// against the same call launched eagerly. Their grids fit the GPU at once, so
-// they run with the padded shared memory of spread_smem.
+// The fused middle (conv prologue + gated RMSNorm) and the step alone,
+// launched programmatically (PDL) behind another kernel in a captured graph,
+// at B = 1 (the fused group split over a cluster of blocks on sm_90) and
+// B = 40 (one block a group): against the reference, and bitwise against the
+// same call launched eagerly (PDL only changes when the kernel may start).
+// Their grids fit the GPU at once, so they run with the padded shared memory
+// of spread_smem.
 TEST_F(CudaOnly, ProgrammaticLaunchInAGraph) {
   for (bool fused : {true, false})
     for (int64_t batch : {1, 40})

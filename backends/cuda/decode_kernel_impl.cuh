@@ -2582,8 +2582,9 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
       // 1.56x (bf16) the copy floor at B = 512, and more blocks an SM (1280
       // or 1536 threads) only took that to 1.31x and 1.49x; paired, 1.06x
       // and 1.11x (bench/RESULTS.md round 18). Same sums, bit for bit
-      // (KvRegTile: the tree depends neither on kW nor on the pairing).
-      if (items > slots) {
+      // (KvRegTile: the tree depends neither on kW nor on the pairing). A
+      // caller that caps a block at one tile (tune_cuda) keeps the rule below.
+      if (items > slots && max_items_per_warp >= 2) {
         int w = kP, iph = g.items_per_head;
         if (iph < 2) {
           w = kKvSmallW;
