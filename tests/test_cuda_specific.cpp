@@ -4,6 +4,7 @@
 // without a GPU (CI), like the shared suites.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -232,6 +233,36 @@ TEST_F(CudaOnly, KvSmallHeadsPairTiles) {
       spec.state = t;
       spec.layout = gdn::Layout::kKV;
       every_pool_feature(spec, gdn::IndexType::kI32, 7, 5, 3, 2);
+      run_and_check(spec, gdn::Backend::kCuda);
+    }
+}
+
+// kv small tiles (4 warps, one a block, the whole grid resident: B * Hv
+// small) on either side of the line where the launch stores S' evict-first
+// and copies 256-byte blocks (Launch::kv_l2_hints, a second instantiation
+// of the kernel: up to 4 blocks an SM), each against the reference with a
+// pool (shuffled slots, padding rows, rows that do not write, out-of-range
+// indices, a separate write slot per row). Hv = 4 at Dk = Dv = 128: 32
+// blocks a row for fp32, 16 for bf16, so the grid is 4 blocks an SM (with
+// the policies) or 8 (without: still one round on an H200).
+TEST_F(CudaOnly, KvSmallTilesEitherL2Policy) {
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  uint64_t seed = 81;
+  for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
+    for (int blocks_per_sm : {4, 8}) {
+      const int blocks_per_row = t == gdn::DType::kF32 ? 32 : 16;
+      CaseSpec spec;
+      spec.name = std::string("kv small tiles, ") + gdn::to_string(t) + ", " + std::to_string(blocks_per_sm) +
+                  " blocks an SM";
+      spec.seed = seed++;
+      spec.batch = std::max(1, blocks_per_sm * sms / blocks_per_row);
+      spec.hk = 2;
+      spec.hv = 4;
+      spec.dk = spec.dv = 128;
+      spec.state = t;
+      spec.layout = gdn::Layout::kKV;
+      every_pool_feature(spec, gdn::IndexType::kI32, 3, 2, 1, 1);
       run_and_check(spec, gdn::Backend::kCuda);
     }
 }

@@ -39,7 +39,10 @@
 // fp32 B = 8 11.05 -> 10.47 us, H200 2026-11-30, bench/RESULTS.md round 10). The block
 // count is B * Hv * ceil(tiles / tiles per block). When every tile of a
 // 4-warp tile (64-byte row segments) can have its own block, all resident
-// at once, the launch takes that tile instead (kKvSmallW; B = 1 at Hv = 32).
+// at once, the launch takes that tile instead (kKvSmallW; B = 1 at Hv = 32),
+// and at up to 4 such blocks an SM an instantiation whose copies ask L2 for
+// 256-byte blocks and whose S' goes out under an evict-first policy
+// (Launch::kv_l2_hints: B = 1 fp32 3.07 -> 2.91 us, bf16 2.90 -> 2.79).
 // Small heads (Dk <= 64) in longer grids: every block takes two tiles at
 // once, 4-warp ones where an 8-warp tile would cover the head (one 8 KiB
 // tile a block ran at 1.5x the copy floor; plan_launch).
@@ -183,6 +186,8 @@
 // Shared memory a block may opt in to (sm_90: 227 KiB; the ring needs at
 // most 110 KiB, at kv Dk = 256 with two stages).
 #define GDN_MAX_BLOCK_SMEM (227 * 1024)
+// L2 cache policies on the state's traffic (Launch::kv_l2_hints)
+#define GDN_L2_HINTS 1
 namespace gdn {
 namespace cuda {
 using bf16 = __nv_bfloat16;
@@ -431,6 +436,18 @@ __device__ __forceinline__ void copy16_async(void* smem, const void* gmem, bool 
   *static_cast<uint4*>(smem) = valid ? *static_cast<const uint4*>(gmem) : make_uint4(0, 0, 0, 0);
 #endif
 }
+// The same copy asking L2 to fetch the whole 256-byte block around it (the
+// kv step's small tiles in short grids, Launch::kv_l2_hints). The bytes
+// that land are the same.
+__device__ __forceinline__ void copy16_async_256(void* smem, const void* gmem, bool valid) {
+#if GDN_ASYNC_COPY
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0)
+               : "memory");
+#else
+  copy16_async(smem, gmem, valid);
+#endif
+}
 // Close the group of copies issued since the last commit (one group per item).
 __device__ __forceinline__ void async_commit() {
 #if GDN_ASYNC_COPY
@@ -443,6 +460,27 @@ __device__ __forceinline__ void async_wait() {
 #if GDN_ASYNC_COPY
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 #endif
+}
+
+// One 16-byte vector of the new state to global memory; with kEvictFirst
+// under an L2 evict-first policy, so that L2 gives its dirty lines up
+// first (Launch::kv_l2_hints; NVIDIA sm_80 and newer, elsewhere a plain
+// store).
+// The bytes written are the same.
+template <bool kEvictFirst, typename V>
+__device__ __forceinline__ void store_state16(V* dst, const V& v) {
+#if GDN_ASYNC_COPY
+  if constexpr (kEvictFirst) {
+    uint64_t policy;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    const uint4 u = *reinterpret_cast<const uint4*>(&v);
+    asm volatile("st.global.L2::cache_hint.v4.b32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(dst), "r"(u.x), "r"(u.y),
+                 "r"(u.z), "r"(u.w), "l"(policy)
+                 : "memory");
+    return;
+  }
+#endif
+  *dst = v;
 }
 
 // Items (vk) or tiles (kv) of state in shared memory at once: the one being
@@ -734,6 +772,11 @@ struct Launch {
   // 3.92 -> 3.61 us); in longer grids the state's stream comes first (fp32
   // B = 8 and bf16 kv from B = 32 up lost 1-4% the other way).
   bool small_loads_first{false};
+  // (kv step, small tiles) S' stored under an L2 evict-first policy and each
+  // copy asking L2 for its whole 256-byte block (store_state16,
+  // copy16_async_256): a second instantiation of the kernel, chosen here,
+  // since a run-time switch inside cost up to 3% where it was off.
+  bool kv_l2_hints{false};
 };
 
 // The geometry the library picks for p on a GPU with `sms` multiprocessors.

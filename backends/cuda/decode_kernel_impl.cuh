@@ -1701,7 +1701,8 @@ struct KvRegTile {
 
   // S' = exp(g) S + k_hat delta of the thread's chunks (delta posted by
   // reduce() in `dl`), into a head's state at `head` (chunk column j; rows
-  // past Dk and columns past Dv skipped).
+  // past Dk and columns past Dv skipped); kEvictFirst: see store_state16.
+  template <bool kEvictFirst = false>
   static __device__ __forceinline__ void store(const V (&s)[kRows], const float (&kr)[kRows], float decay,
                                                const float* dl, T* head, int j, int Dk, int Dv) {
     const int rg = int(threadIdx.x) / kW, chunk = int(threadIdx.x) % kW;
@@ -1715,7 +1716,7 @@ struct KvRegTile {
 #pragma unroll
       for (int c = 0; c < kVec; ++c)
         nv.x[c] = Elem<T>::from_float(decay * Elem<T>::to_float(s[n].x[c]) + kr[n] * delta[c]);
-      if (i < Dk && j < Dv) *reinterpret_cast<V*>(head + i * Dv + j) = nv;
+      if (i < Dk && j < Dv) store_state16<kEvictFirst>(reinterpret_cast<V*>(head + i * Dv + j), nv);
     }
   }
 };
@@ -2007,8 +2008,9 @@ constexpr int kv_step_min_blocks() {
 // A block streams tiles [t, t_end) of its head, kv_step_stages - 1 of them
 // in flight while one is reduced; a block of exactly two tiles, both in
 // flight from the start (3 stages: fp32, and 16-bit states at Dk <= 64),
-// reduces them together (the pair path below).
-template <typename T, int kDk, int kW, typename IO>
+// reduces them together (the pair path below). kHints: the copies ask L2
+// for 256-byte blocks and S' is stored evict-first (Launch::kv_l2_hints).
+template <typename T, int kDk, int kW, typename IO, bool kHints>
 __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
     decode_kv_step_kernel(int tiles_per_head, int tiles_per_block, FastDiv by_blocks_per_head, FastDiv by_hv,
                           FastDiv by_head_map, bool small_loads_first, const __grid_constant__ KernelParams p,
@@ -2064,7 +2066,12 @@ __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
       for (int n = 0; n < kRows; ++n) {
         const int i = rg + n * kWarp;
         const bool in = i < Dk && j < Dv;
-        copy16_async(ring + R::slot(stage, n, tid), in ? s_in + i * Dv + j : s_in, in);
+        V* const dst = ring + R::slot(stage, n, tid);
+        const T* const src = in ? s_in + i * Dv + j : s_in;
+        if constexpr (kHints)
+          copy16_async_256(dst, src, in);
+        else
+          copy16_async(dst, src, in);
       }
     }
     async_commit();
@@ -2154,8 +2161,8 @@ __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
         V s0[kRows];
 #pragma unroll
         for (int n = 0; n < kRows; ++n) s0[n] = ring[R::slot(0, n, tid)];
-        R::store(s0, kr, gates.decay, dl, s_out, t * kCols + chunk * kVec, Dk, Dv);
-        R::store(s, kr, gates.decay, dl + kCols, s_out, (t + 1) * kCols + chunk * kVec, Dk, Dv);
+        R::template store<kHints>(s0, kr, gates.decay, dl, s_out, t * kCols + chunk * kVec, Dk, Dv);
+        R::template store<kHints>(s, kr, gates.decay, dl + kCols, s_out, (t + 1) * kCols + chunk * kVec, Dk, Dv);
       }
       GDN_MARK(6);
       GDN_MARK(8);
@@ -2174,7 +2181,7 @@ __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
     GDN_MARK(5);
     const int jt = t * kCols;
     R::reduce(s, qr, kr, vj, gates.decay, gates.beta, kq, scale, part, dl, emit_at(jt));
-    if (slots.write) R::store(s, kr, gates.decay, dl, s_out, jt + chunk * kVec, Dk, Dv);
+    if (slots.write) R::template store<kHints>(s, kr, gates.decay, dl, s_out, jt + chunk * kVec, Dk, Dv);
     if (!has_next) break;
     ++t;
     vj = v_next.value(finisher);
@@ -2209,7 +2216,7 @@ constexpr size_t smem_bytes(int warps_per_block) {
 template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused = false, bool kNormOnly = false>
 const void* kernel_of() {
   if constexpr (kLayout == Layout::kKV && !kFused)
-    return reinterpret_cast<const void*>(&decode_kv_step_kernel<T, kDk, kP, IO>);
+    return reinterpret_cast<const void*>(&decode_kv_step_kernel<T, kDk, kP, IO, false>);
   else if constexpr (kLayout == Layout::kKV)
     return reinterpret_cast<const void*>(&decode_kv_fused_kernel<T, kDk, kP, IO, kNormOnly>);
   else if constexpr (!kFused)
@@ -2306,11 +2313,20 @@ int resident_warps_per_sm() {
     const void* k = kernel_of<T, kLayout, kDk, kP, IO>();
     static_assert(smem_bytes<T, kLayout, kDk, kP>(8) <= GDN_MAX_BLOCK_SMEM, "the ring exceeds a block's shared memory");
     // Failures here only cost speed (the launch reports any real error).
-    (void)cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    auto set_limits = [&](const void* kernel) {
+      (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
 #if !defined(GDN_AMD)
-    // All of the unified L1/shared array as shared memory: the rings, not
-    // L1, hold the state, and every resident block's ring must fit.
-    (void)cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared));
+      // All of the unified L1/shared array as shared memory: the rings, not
+      // L1, hold the state, and every resident block's ring must fit.
+      (void)cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 int(cudaSharedmemCarveoutMaxShared));
+#endif
+    };
+    set_limits(k);
+#if GDN_L2_HINTS
+    // The small kv tile's second instantiation (Launch::kv_l2_hints): the same limits.
+    if constexpr (kLayout == Layout::kKV && kP == kKvSmallW)
+      set_limits(reinterpret_cast<const void*>(&decode_kv_step_kernel<T, kDk, kP, IO, true>));
 #endif
     int blocks = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, w * kWarp, smem) != cudaSuccess || blocks < 1) {
@@ -2569,6 +2585,13 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
         g.items_per_warp = 1;
         g.blocks_per_head = tiles_small;
         g.small_loads_first = true;
+        // Up to 4 blocks an SM: S' stored evict-first, 256-byte copies
+        // (H200, 2026-12-02, bench/RESULTS.md round 19: B = 1 fp32 3.07 ->
+        // 2.91 us, bf16 2.90 -> 2.79, through a pool 3.45 -> 3.11 and 3.30
+        // -> 2.82; head dims 64 and 256 2.6-6% faster). At 8 an SM (bf16
+        // B = 8) the pool's rows were 4-6% slower with them, the dense ones
+        // 1.3% faster: off.
+        g.kv_l2_hints = heads * tiles_small <= int64_t(4) * sms;
         return g;
       }
     }
@@ -2682,11 +2705,19 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
             }
 #endif
             return launch_kv(&decode_kv_fused_kernel<T, kDk, kW, IO, false>);
-          } else
-            return launch_kernel(&decode_kv_step_kernel<T, kDk, kW, IO>, blocks,
-                                 unsigned(KvTile<T, kDk, kW>::kThreads), kv_step_smem_bytes<T, kDk, kW>(),
-                                 stream, pdl, 1, g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map,
-                                 g.small_loads_first, kp, scale);
+          } else {
+            auto launch_step = [&](auto kernel) {
+              return launch_kernel(kernel, blocks, unsigned(KvTile<T, kDk, kW>::kThreads),
+                                   kv_step_smem_bytes<T, kDk, kW>(), stream, pdl, 1, g.items_per_head,
+                                   g.items_per_warp, by_bph, by_hv, by_head_map, g.small_loads_first, kp, scale);
+            };
+#if GDN_L2_HINTS
+            if constexpr (kW == kKvSmallW) {
+              if (g.kv_l2_hints) return launch_step(&decode_kv_step_kernel<T, kDk, kW, IO, true>);
+            }
+#endif
+            return launch_step(&decode_kv_step_kernel<T, kDk, kW, IO, false>);
+          }
         };
         if constexpr (!kFused && kP > kKvSmallW) {
           if (g.warps_per_block == kKvSmallW) {
