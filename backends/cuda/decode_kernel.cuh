@@ -438,7 +438,8 @@ __device__ __forceinline__ void copy16_async(void* smem, const void* gmem, bool 
 }
 // The same copy asking L2 to fetch the whole 256-byte block around it (the
 // kv step's small tiles in short grids, Launch::kv_l2_hints). The bytes
-// that land are the same.
+// that land are the same; the extra bytes L2 fetches lie in the aligned
+// 256-byte block of an address the kernel may read, so in a mapped page.
 __device__ __forceinline__ void copy16_async_256(void* smem, const void* gmem, bool valid) {
 #if GDN_ASYNC_COPY
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -465,8 +466,7 @@ __device__ __forceinline__ void async_wait() {
 // One 16-byte vector of the new state to global memory; with kEvictFirst
 // under an L2 evict-first policy, so that L2 gives its dirty lines up
 // first (Launch::kv_l2_hints; NVIDIA sm_80 and newer, elsewhere a plain
-// store).
-// The bytes written are the same.
+// store). The bytes written are the same.
 template <bool kEvictFirst, typename V>
 __device__ __forceinline__ void store_state16(V* dst, const V& v) {
 #if GDN_ASYNC_COPY
