@@ -425,28 +425,26 @@ __device__ __forceinline__ int64_t load_index(const void* base, IndexType t, int
 #if !defined(GDN_NO_ASYNC_COPY) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define GDN_ASYNC_COPY 1
 #endif
+// kFetch256: the copy asks L2 to fetch the whole 256-byte block around it
+// (the kv step's small tiles in short grids, Launch::kv_l2_hints). The
+// bytes that land are the same; the extra bytes L2 fetches lie in the
+// aligned 256-byte block of an address the kernel may read, so in a mapped
+// page.
+template <bool kFetch256 = false>
 __device__ __forceinline__ void copy16_async(void* smem, const void* gmem, bool valid) {
 #if GDN_ASYNC_COPY
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0)
-               : "memory");
+  if constexpr (kFetch256)
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+  else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0)
+                 : "memory");
 #else
   // AMD (no cp.async) and older targets: a plain load and store (same
   // values; the copy completes before the next instruction needs it).
   *static_cast<uint4*>(smem) = valid ? *static_cast<const uint4*>(gmem) : make_uint4(0, 0, 0, 0);
-#endif
-}
-// The same copy asking L2 to fetch the whole 256-byte block around it (the
-// kv step's small tiles in short grids, Launch::kv_l2_hints). The bytes
-// that land are the same; the extra bytes L2 fetches lie in the aligned
-// 256-byte block of an address the kernel may read, so in a mapped page.
-__device__ __forceinline__ void copy16_async_256(void* smem, const void* gmem, bool valid) {
-#if GDN_ASYNC_COPY
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0)
-               : "memory");
-#else
-  copy16_async(smem, gmem, valid);
 #endif
 }
 // Close the group of copies issued since the last commit (one group per item).
@@ -774,7 +772,7 @@ struct Launch {
   bool small_loads_first{false};
   // (kv step, small tiles) S' stored under an L2 evict-first policy and each
   // copy asking L2 for its whole 256-byte block (store_state16,
-  // copy16_async_256): a second instantiation of the kernel, chosen here,
+  // copy16_async<true>): a second instantiation of the kernel, chosen here,
   // since a run-time switch inside cost up to 3% where it was off.
   bool kv_l2_hints{false};
 };

@@ -2066,12 +2066,7 @@ __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
       for (int n = 0; n < kRows; ++n) {
         const int i = rg + n * kWarp;
         const bool in = i < Dk && j < Dv;
-        V* const dst = ring + R::slot(stage, n, tid);
-        const T* const src = in ? s_in + i * Dv + j : s_in;
-        if constexpr (kHints)
-          copy16_async_256(dst, src, in);
-        else
-          copy16_async(dst, src, in);
+        copy16_async<kHints>(ring + R::slot(stage, n, tid), in ? s_in + i * Dv + j : s_in, in);
       }
     }
     async_commit();
