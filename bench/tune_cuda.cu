@@ -18,6 +18,8 @@ namespace {
 using gdn::Layout;
 using namespace gdn_bench;
 
+int64_t g_l2_bytes = 0;  // the GPU's L2 (plan_launch's L2 policies)
+
 struct Variant {
   const char* name;
   Layout layout;
@@ -26,7 +28,7 @@ struct Variant {
 
 template <typename T, Layout L, int kP>
 cudaError_t run_variant(const gdn::DecodeParams& p, int sms, int max_ipw, cudaStream_t s) {
-  const gdn::cuda::Launch g = gdn::cuda::plan_launch<T, L, 128, kP>(p, sms, max_ipw);
+  const gdn::cuda::Launch g = gdn::cuda::plan_launch<T, L, 128, kP>(p, sms, g_l2_bytes, max_ipw);
   return gdn::cuda::launch_decode<T, L, 128, kP>(p, g, s);
 }
 
@@ -320,7 +322,7 @@ void sweep_block_size(int sms) {
       const int n = bed.calls();
       cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
         const gdn::DecodeParams p = bed.params(cur);
-        gdn::cuda::Launch l = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(p, sms, 4);
+        gdn::cuda::Launch l = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(p, sms, g_l2_bytes, 4);
         const int warps_per_head = (l.items_per_head + l.items_per_warp - 1) / l.items_per_warp;
         l.warps_per_block = w;
         l.blocks_per_head = (warps_per_head + w - 1) / w;
@@ -348,7 +350,7 @@ void sweep_items_per_warp(int sms) {
       const int n = bed.calls();
       cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
         const gdn::DecodeParams p = bed.params(cur);
-        gdn::cuda::Launch l = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(p, sms, 2);
+        gdn::cuda::Launch l = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(p, sms, g_l2_bytes, 2);
         l.items_per_warp = ipw;
         const int warps_per_head = (l.items_per_head + ipw - 1) / ipw;
         l.blocks_per_head = (warps_per_head + l.warps_per_block - 1) / l.warps_per_block;
@@ -363,8 +365,45 @@ void sweep_items_per_warp(int sms) {
   }
 }
 
+// "hints": the step with the L2 policies on the state's traffic off, on
+// (the tile's set, step_l2_hints) and as the planner picks them, the
+// planner's geometry otherwise; three alternations (bench/RESULTS.md round 20).
+template <typename T, Layout L>
+void hints_row(int sms, const Shape& sh, int rep) {
+  constexpr int kP = gdn::cuda::default_tile_param<T, L>();
+  Bed bed(sh);
+  const double copy = bed.copy_floor_us();
+  for (const char* mode : {"off", "on", "planner"}) {
+    const int n = bed.calls();
+    cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
+      const gdn::DecodeParams p = bed.params(cur);
+      gdn::cuda::Launch l =
+          gdn::cuda::plan_launch<T, L, 128, kP>(p, sms, g_l2_bytes, gdn::cuda::default_items_per_warp<T, L>());
+      const std::string m = mode;
+      if (m != "planner") l.l2_hints = m == "on" ? 1 : 0;
+      GDN_BENCH_CHECK((gdn::cuda::launch_decode<T, L, 128, kP>(p, l, bed.stream)));
+    });
+    const double us = bed.time_graph(g, n);
+    cudaGraphExecDestroy(g);
+    std::printf("HINTS %d %-4s %s B=%-4lld pool=%d %-8s %9.3f %9.3f %7.3f\n", rep, sizeof(T) == 4 ? "fp32" : "bf16",
+                gdn::to_string(L), (long long)sh.B, int(sh.indexed), mode, us, copy, us / copy);
+  }
+}
+void sweep_hints(int sms) {
+  for (int rep = 0; rep < 3; ++rep)
+    for (int64_t B : {1, 8, 16, 32, 64, 128, 512})
+      for (bool pool : {false, true}) {
+        if (pool && !(B == 1 || B == 8 || B == 32 || B == 128)) continue;
+        hints_row<float, Layout::kKV>(sms, Shape{B, 16, 32, 128, gdn::DType::kF32, Layout::kKV, pool}, rep);
+        hints_row<float, Layout::kVK>(sms, Shape{B, 16, 32, 128, gdn::DType::kF32, Layout::kVK, pool}, rep);
+        hints_row<__nv_bfloat16, Layout::kKV>(sms, Shape{B, 16, 32, 128, gdn::DType::kBF16, Layout::kKV, pool}, rep);
+        hints_row<__nv_bfloat16, Layout::kVK>(sms, Shape{B, 16, 32, 128, gdn::DType::kBF16, Layout::kVK, pool}, rep);
+      }
+}
+
 // Optional arguments: "vk" or "kv" sweeps that layout only ("blocks": the vk
-// block size at small B; "ipw": vk items a warp, forced; "skeleton",
+// block size at small B; "ipw": vk items a warp, forced; "hints": the L2
+// policies on the state's traffic off, on and as planned; "skeleton",
 // "skeleton2" and "skeleton3": the kv step's memory traffic alone); a
 // second one keeps the variants whose name has it. (A kv variant runs the
 // planner's choice, which takes 4-warp tiles in one-round grids: "kv W=8"
@@ -372,15 +411,20 @@ void sweep_items_per_warp(int sms) {
 int main(int argc, char** argv) {
   const std::string only = argc > 1 ? argv[1] : "";
   const std::string variant = argc > 2 ? argv[2] : "";  // e.g. "W=8": variants whose name contains it
-  int sms = 0;
+  int sms = 0, l2 = 0;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
     std::printf("tune_cuda: no CUDA device\n");
     return 0;
   }
+  if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0) == cudaSuccess) g_l2_bytes = l2;
   if (only == "blocks") {
     std::printf("%-6s %-5s %4s %-8s %4s %9s %9s %7s\n", "state", "lay", "B", "variant", "ipw", "us", "copy", "ratio");
     sweep_block_size<float>(sms);
     sweep_block_size<__nv_bfloat16>(sms);
+    return 0;
+  }
+  if (only == "hints") {
+    sweep_hints(sms);
     return 0;
   }
   if (only == "skeleton3") {

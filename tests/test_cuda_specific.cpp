@@ -238,13 +238,14 @@ TEST_F(CudaOnly, KvSmallHeadsPairTiles) {
 }
 
 // kv small tiles (4 warps, one a block, the whole grid resident: B * Hv
-// small) on either side of the line where the launch stores S' evict-first
-// and copies 256-byte blocks (Launch::kv_l2_hints, a second instantiation
-// of the kernel: up to 4 blocks an SM), each against the reference with a
-// pool (shuffled slots, padding rows, rows that do not write, out-of-range
-// indices, a separate write slot per row). Hv = 4 at Dk = Dv = 128: 32
-// blocks a row for fp32, 16 for bf16, so the grid is 4 blocks an SM (with
-// the policies) or 8 (without: still one round on an H200).
+// small) on either side of the line where the launch applies L2 policies
+// to the state's traffic (Launch::l2_hints, step_l2_hints: a second
+// instantiation of the kernel, up to 4 blocks an SM), each against the
+// reference with a pool (shuffled slots, padding rows, rows that do not
+// write, out-of-range indices, a separate write slot per row). Hv = 4 at
+// Dk = Dv = 128: 32 blocks a row for fp32, 16 for bf16, so the grid is 4
+// blocks an SM (with the policies) or 8 (without: still one round on an
+// H200).
 TEST_F(CudaOnly, KvSmallTilesEitherL2Policy) {
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
@@ -265,6 +266,41 @@ TEST_F(CudaOnly, KvSmallTilesEitherL2Policy) {
       every_pool_feature(spec, gdn::IndexType::kI32, 3, 2, 1, 1);
       run_and_check(spec, gdn::Backend::kCuda);
     }
+}
+
+// vk, and fp32 kv in 8-warp tiles, on either side of the other line: the
+// L2 policies apply while the state a call reads (B * Hv heads, padding
+// rows too) is at most twice the L2 (plan_launch). B at the line and 8 rows
+// past it (Hv = 8, Dk = Dv = 128: 240 and 248 rows for fp32 on an H200's 60
+// MiB, 480 and 488 for bf16), each against the reference with a pool.
+TEST_F(CudaOnly, StepEitherSideOfTheL2Line) {
+  int l2 = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0), cudaSuccess);
+  ASSERT_GT(l2, 0);
+  uint64_t seed = 91;
+  struct Tile {
+    gdn::Layout layout;
+    gdn::DType state;
+  };
+  for (const Tile tile : {Tile{gdn::Layout::kVK, gdn::DType::kF32}, Tile{gdn::Layout::kVK, gdn::DType::kBF16},
+                          Tile{gdn::Layout::kKV, gdn::DType::kF32}}) {
+    const int64_t row_bytes = int64_t(8) * 128 * 128 * int64_t(gdn::dtype_size(tile.state));
+    const int64_t at_line = 2 * int64_t(l2) / row_bytes;
+    for (const int64_t batch : {at_line, at_line + 8}) {
+      CaseSpec spec;
+      spec.name = std::string("either side of the L2 line, ") + gdn::to_string(tile.layout) + ", " +
+                  gdn::to_string(tile.state) + ", B " + std::to_string(batch);
+      spec.seed = seed++;
+      spec.batch = batch;
+      spec.hk = 2;
+      spec.hv = 8;
+      spec.dk = spec.dv = 128;
+      spec.state = tile.state;
+      spec.layout = tile.layout;
+      every_pool_feature(spec, gdn::IndexType::kI32, 3, 2, 1, 1);
+      run_and_check(spec, gdn::Backend::kCuda);
+    }
+  }
 }
 
 // One process driving every GPU it sees: kernel attributes (the shared-memory

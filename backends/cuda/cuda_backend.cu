@@ -35,6 +35,7 @@ struct Devices {
   int count{0};
   cudaError_t error{cudaSuccess};
   int sms[kMaxDevices]{};
+  int l2_bytes[kMaxDevices]{};
 };
 
 const Devices& devices() {
@@ -46,8 +47,11 @@ const Devices& devices() {
       r.count = 0;
       return r;
     }
-    for (int i = 0; i < r.count && i < kMaxDevices; ++i)
+    for (int i = 0; i < r.count && i < kMaxDevices; ++i) {
       if (cudaDeviceGetAttribute(&r.sms[i], cudaDevAttrMultiProcessorCount, i) != cudaSuccess) r.sms[i] = 0;
+      // (unread: 0, and the launch applies no L2 policy that depends on it)
+      if (cudaDeviceGetAttribute(&r.l2_bytes[i], cudaDevAttrL2CacheSize, i) != cudaSuccess) r.l2_bytes[i] = 0;
+    }
     return r;
   }();
   return d;
@@ -98,25 +102,31 @@ Status cuda_can_implement(const DecodeParams& p) {
   return Status::success();
 }
 
+// What the launch plan needs of the device.
+struct Gpu {
+  int sms;
+  int64_t l2_bytes;
+};
+
 template <typename T, Layout kLayout, int kDk>
-cudaError_t run_dk(const DecodeParams& p, int sms, cudaStream_t stream) {
+cudaError_t run_dk(const DecodeParams& p, Gpu gpu, cudaStream_t stream) {
   constexpr int kP = default_tile_param<T, kLayout>();
-  const Launch g = plan_launch<T, kLayout, kDk, kP>(p, sms, default_items_per_warp<T, kLayout>());
+  const Launch g = plan_launch<T, kLayout, kDk, kP>(p, gpu.sms, gpu.l2_bytes, default_items_per_warp<T, kLayout>());
   return launch_decode<T, kLayout, kDk, kP>(p, g, stream);
 }
 
 // Dk capacity: the smallest of 64, 128, 256 that holds Dk (rows past Dk are masked).
 template <typename T, Layout kLayout>
-cudaError_t run_layout(const DecodeParams& p, int sms, cudaStream_t stream) {
-  if (p.head_dim_k <= 64) return run_dk<T, kLayout, 64>(p, sms, stream);
-  if (p.head_dim_k <= 128) return run_dk<T, kLayout, 128>(p, sms, stream);
-  return run_dk<T, kLayout, 256>(p, sms, stream);
+cudaError_t run_layout(const DecodeParams& p, Gpu gpu, cudaStream_t stream) {
+  if (p.head_dim_k <= 64) return run_dk<T, kLayout, 64>(p, gpu, stream);
+  if (p.head_dim_k <= 128) return run_dk<T, kLayout, 128>(p, gpu, stream);
+  return run_dk<T, kLayout, 256>(p, gpu, stream);
 }
 
 template <typename T>
-cudaError_t run_state(const DecodeParams& p, int sms, cudaStream_t stream) {
-  return p.layout == Layout::kVK ? run_layout<T, Layout::kVK>(p, sms, stream)
-                                 : run_layout<T, Layout::kKV>(p, sms, stream);
+cudaError_t run_state(const DecodeParams& p, Gpu gpu, cudaStream_t stream) {
+  return p.layout == Layout::kVK ? run_layout<T, Layout::kVK>(p, gpu, stream)
+                                 : run_layout<T, Layout::kKV>(p, gpu, stream);
 }
 
 Status cuda_decode(const DecodeParams& p) {
@@ -124,12 +134,13 @@ Status cuda_decode(const DecodeParams& p) {
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess)
     return make_status(StatusCode::kBackendError, GDN_BACKEND_NAME ": cudaGetDevice: %s", cudaGetErrorString(err));
-  const int sms = dev < kMaxDevices && devices().sms[dev] > 0 ? devices().sms[dev] : 108;
+  const bool known = dev < kMaxDevices && devices().sms[dev] > 0;
+  const Gpu gpu{known ? devices().sms[dev] : 108, known ? devices().l2_bytes[dev] : 0};
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   switch (p.state_dtype) {
-    case DType::kF32: err = run_state<float>(p, sms, stream); break;
-    case DType::kBF16: err = run_state<bf16>(p, sms, stream); break;
-    case DType::kF16: err = run_state<fp16>(p, sms, stream); break;
+    case DType::kF32: err = run_state<float>(p, gpu, stream); break;
+    case DType::kBF16: err = run_state<bf16>(p, gpu, stream); break;
+    case DType::kF16: err = run_state<fp16>(p, gpu, stream); break;
   }
   if (err != cudaSuccess)
     return make_status(StatusCode::kBackendError, GDN_BACKEND_NAME ": kernel launch failed: %s",

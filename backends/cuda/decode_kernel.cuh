@@ -39,10 +39,13 @@
 // fp32 B = 8 11.05 -> 10.47 us, H200 2026-11-30, bench/RESULTS.md round 10). The block
 // count is B * Hv * ceil(tiles / tiles per block). When every tile of a
 // 4-warp tile (64-byte row segments) can have its own block, all resident
-// at once, the launch takes that tile instead (kKvSmallW; B = 1 at Hv = 32),
-// and at up to 4 such blocks an SM an instantiation whose copies ask L2 for
-// 256-byte blocks and whose S' goes out under an evict-first policy
-// (Launch::kv_l2_hints: B = 1 fp32 3.07 -> 2.91 us, bf16 2.90 -> 2.79).
+// at once, the launch takes that tile instead (kKvSmallW; B = 1 at Hv = 32).
+// Either tile, and vk, has a second instantiation that applies L2 policies
+// to the state's traffic (S' stored evict-first; for fp32 kv also copies
+// asking L2 for 256-byte blocks), launched where they were measured to win
+// (step_l2_hints, plan_launch: the 4-warp tile at up to 4 blocks an SM,
+// the others while the call's state is at most twice the L2; B = 1 kv
+// fp32 3.07 -> 2.93 us, bf16 2.90 -> 2.64, bf16 vk 3.09 -> 2.89).
 // Small heads (Dk <= 64) in longer grids: every block takes two tiles at
 // once, 4-warp ones where an 8-warp tile would cover the head (one 8 KiB
 // tile a block ran at 1.5x the copy floor; plan_launch).
@@ -186,7 +189,7 @@
 // Shared memory a block may opt in to (sm_90: 227 KiB; the ring needs at
 // most 110 KiB, at kv Dk = 256 with two stages).
 #define GDN_MAX_BLOCK_SMEM (227 * 1024)
-// L2 cache policies on the state's traffic (Launch::kv_l2_hints)
+// L2 cache policies on the state's traffic (Launch::l2_hints)
 #define GDN_L2_HINTS 1
 namespace gdn {
 namespace cuda {
@@ -426,7 +429,7 @@ __device__ __forceinline__ int64_t load_index(const void* base, IndexType t, int
 #define GDN_ASYNC_COPY 1
 #endif
 // kFetch256: the copy asks L2 to fetch the whole 256-byte block around it
-// (the kv step's small tiles in short grids, Launch::kv_l2_hints). The
+// (the step's hinted instantiations, step_l2_hints). The
 // bytes that land are the same; the extra bytes L2 fetches lie in the
 // aligned 256-byte block of an address the kernel may read, so in a mapped
 // page.
@@ -463,7 +466,7 @@ __device__ __forceinline__ void async_wait() {
 
 // One 16-byte vector of the new state to global memory; with kEvictFirst
 // under an L2 evict-first policy, so that L2 gives its dirty lines up
-// first (Launch::kv_l2_hints; NVIDIA sm_80 and newer, elsewhere a plain
+// first (step_l2_hints; NVIDIA sm_80 and newer, elsewhere a plain
 // store). The bytes written are the same.
 template <bool kEvictFirst, typename V>
 __device__ __forceinline__ void store_state16(V* dst, const V& v) {
@@ -770,16 +773,51 @@ struct Launch {
   // 3.92 -> 3.61 us); in longer grids the state's stream comes first (fp32
   // B = 8 and bf16 kv from B = 32 up lost 1-4% the other way).
   bool small_loads_first{false};
-  // (kv step, small tiles) S' stored under an L2 evict-first policy and each
-  // copy asking L2 for its whole 256-byte block (store_state16,
-  // copy16_async<true>): a second instantiation of the kernel, chosen here,
-  // since a run-time switch inside cost up to 3% where it was off.
-  bool kv_l2_hints{false};
+  // (step) L2 policies on the state's traffic: 0, or the tile's set
+  // (step_l2_hints), which a second instantiation of the step kernel
+  // compiles in, chosen here: a run-time switch inside cost up to 3% where
+  // it was off (bench/RESULTS.md round 19).
+  int l2_hints{0};
 };
 
+// The L2 policies a step tile's second instantiation applies (bits):
+// kL2EvictFirst stores S' under an evict-first policy (store_state16), so
+// L2 gives those dirty lines up first: the state is not read again before
+// the next token, and the next call's (or kernel's) loads find room;
+// kL2Fetch256 asks L2 for the whole 256-byte block of each copy
+// (copy16_async<true>). Which bits pay differs by tile and state dtype
+// (H200, bench/RESULTS.md round 20, each bit alone and both, B = 1-512):
+// - vk: evict-first only (bf16 B = 1 -6.3%, B = 8-64 -2 to -2.4%; fp32
+//   B = 1-32 -0.4 to -1%, pools -2.4 to -6.5%; the 256-byte copies gained
+//   nothing alone and cost bf16 B = 1 5% with evict-first);
+// - kv's 4-warp tile in one-round grids: both for fp32 (B = 1 2.93 us
+//   against 2.96 with evict-first alone) and for 16-bit states at Dk =
+//   256 (bf16 B = 1 4.22 against 4.38), evict-first alone for 16-bit
+//   states up to Dk = 128 (bf16 B = 1 2.64 against 2.78 with both; Dk = 64
+//   alike);
+// - kv's 8-warp tile: both for fp32 (B = 8 -4.1%, through a pool -6.6%,
+//   B = 16-32 -0.7 to -1.9%); none for 16-bit states (evict-first within
+//   0.5% of none from B = 16 to 64; both +3 to +6%).
+constexpr int kL2EvictFirst = 1;
+constexpr int kL2Fetch256 = 2;
+// (The fused kernels store S' evict-first always: kFusedL2Hints.)
+template <typename T, Layout kLayout, int kDk, int kW>
+constexpr int step_l2_hints() {
+  if constexpr (kLayout == Layout::kVK) return kL2EvictFirst;
+  if constexpr (sizeof(T) == 4 || (kW == kKvSmallW && kDk > 128)) return kL2EvictFirst | kL2Fetch256;
+  return kW == kKvSmallW ? kL2EvictFirst : 0;
+}
+// The fused middle's kernels (conv prologue, norm epilogue or both): S'
+// stored evict-first at every B, compiled in (no second instantiation).
+// H200, bench/RESULTS.md round 20, fused middle at B = 1: fp32 vk 5.72 ->
+// 5.34 us, fp32 kv 5.22 -> 4.97, bf16 vk 5.16 -> 4.82, bf16 kv 4.96 ->
+// 4.63; the step + norm 1-12% faster; B = 8 0.4-5% faster.
+constexpr int kFusedL2Hints = kL2EvictFirst;
+
 // The geometry the library picks for p on a GPU with `sms` multiprocessors.
+// l2_bytes: its L2's size (where the state's L2 policies apply).
 template <typename T, Layout kLayout, int kDk, int kP>
-Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp = 4);
+Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp = 4);
 
 template <typename T, Layout kLayout, int kDk, int kP>
 cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t stream);

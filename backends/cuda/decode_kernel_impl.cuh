@@ -1083,7 +1083,8 @@ constexpr int vk_min_blocks() {
 // (below it) are its entry points; kv runs decode_kv_step_kernel or
 // decode_kv_fused_kernel. (Params, here and in the helpers: KernelParams,
 // or DecodeParams in decode_kv_fused_kernel, which says why.)
-template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused, bool kNormOnly, typename Params>
+template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused, bool kNormOnly, int kHints,
+          typename Params>
 __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, int items_per_warp,
                                           FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map,
                                           bool small_loads_first, float scale, int group_heads, int warps_per_head,
@@ -1258,7 +1259,7 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
         for (int c = 0; c < kInner; ++c) {
           const int i = vec_row(o, c), j = vec_col(o, j0);
           const bool in = i < Dk && j < Dv;
-          copy16_async(slot(stage, o, c), in ? s_in + vec_off(i, j) : s_in, in);
+          copy16_async<(kHints & 2) != 0>(slot(stage, o, c), in ? s_in + vec_off(i, j) : s_in, in);
         }
     }
     async_commit();
@@ -1478,7 +1479,8 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
           n.x[e] = Elem<T>::from_float(decay * elem(r, o) + kh[r] * delta[o]);
         }
         const int i = vec_row(o, ci), j = vec_col(o, j0);
-        if (slots.write && i < Dk && j < Dv) *reinterpret_cast<V*>(s_out + vec_off(i, j)) = n;
+        if (slots.write && i < Dk && j < Dv)
+          store_state16<(kHints & 1) != 0>(reinterpret_cast<V*>(s_out + vec_off(i, j)), n);
       }
     if (writer && j0 + out_col < Dv) {
       if (kFused && p.norm_weight != nullptr) {
@@ -1508,13 +1510,13 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
 // The step's entry point: KernelParams after the launch's scalars, so that
 // what a block reads before its loads takes 3 constant lines (KernelParams).
 // (group_heads, warps_per_head, cluster and fdiv are the fused kernels'.)
-template <typename T, Layout kLayout, int kDk, int kP, typename IO>
+template <typename T, Layout kLayout, int kDk, int kP, typename IO, int kHints>
 __global__ void __launch_bounds__(8 * kWarp, (vk_min_blocks<T, false>()))
     decode_vk_step_kernel(int items_per_head, int items_per_warp, FastDiv by_blocks_per_head, FastDiv by_hv,
                           FastDiv by_head_map, bool small_loads_first, const __grid_constant__ KernelParams p,
                           float scale) {
-  decode_vk<T, kLayout, kDk, kP, IO, false, false>(p, items_per_head, items_per_warp, by_blocks_per_head, by_hv,
-                                                   by_head_map, small_loads_first, scale, 1, 1, 1, FusedArgs{});
+  decode_vk<T, kLayout, kDk, kP, IO, false, false, kHints>(p, items_per_head, items_per_warp, by_blocks_per_head, by_hv,
+                                                           by_head_map, small_loads_first, scale, 1, 1, 1, FusedArgs{});
 }
 // The fused kernels' entry point (same parameter order as the step's).
 template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kNormOnly>
@@ -1522,9 +1524,9 @@ __global__ void __launch_bounds__(8 * kWarp, (vk_min_blocks<T, true>()))
     decode_vk_fused_kernel(int items_per_head, int items_per_warp, FastDiv by_blocks_per_head, FastDiv by_hv,
                            FastDiv by_head_map, bool small_loads_first, const __grid_constant__ KernelParams p,
                            float scale, int group_heads, int warps_per_head, int cluster, FusedArgs fdiv) {
-  decode_vk<T, kLayout, kDk, kP, IO, true, kNormOnly>(p, items_per_head, items_per_warp, by_blocks_per_head, by_hv,
-                                                      by_head_map, small_loads_first, scale, group_heads,
-                                                      warps_per_head, cluster, fdiv);
+  decode_vk<T, kLayout, kDk, kP, IO, true, kNormOnly, kFusedL2Hints>(
+      p, items_per_head, items_per_warp, by_blocks_per_head, by_hv, by_head_map, small_loads_first, scale, group_heads,
+      warps_per_head, cluster, fdiv);
 }
 
 // ---- kv: a tile computed where it was copied (both kv kernels) -----------
@@ -1967,7 +1969,8 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
       V s2[kRows];
 #pragma unroll
       for (int n = 0; n < kRows; ++n) s2[n] = ring[R::slot(stage, n, tid)];
-      R::store(s2, kr, decay, dl, s_out_slot + head_off(cur.h), jt + chunk * kVec, Dk, Dv);
+      R::template store<(kFusedL2Hints & kL2EvictFirst) != 0>(s2, kr, decay, dl, s_out_slot + head_off(cur.h),
+                                                              jt + chunk * kVec, Dk, Dv);
     }
     if (!has_next) break;
     ++t;
@@ -2008,9 +2011,9 @@ constexpr int kv_step_min_blocks() {
 // A block streams tiles [t, t_end) of its head, kv_step_stages - 1 of them
 // in flight while one is reduced; a block of exactly two tiles, both in
 // flight from the start (3 stages: fp32, and 16-bit states at Dk <= 64),
-// reduces them together (the pair path below). kHints: the copies ask L2
-// for 256-byte blocks and S' is stored evict-first (Launch::kv_l2_hints).
-template <typename T, int kDk, int kW, typename IO, bool kHints>
+// reduces them together (the pair path below). kHints: the L2 policies on
+// the state's traffic (step_l2_hints; 0 in the first instantiation).
+template <typename T, int kDk, int kW, typename IO, int kHints>
 __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
     decode_kv_step_kernel(int tiles_per_head, int tiles_per_block, FastDiv by_blocks_per_head, FastDiv by_hv,
                           FastDiv by_head_map, bool small_loads_first, const __grid_constant__ KernelParams p,
@@ -2066,7 +2069,7 @@ __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
       for (int n = 0; n < kRows; ++n) {
         const int i = rg + n * kWarp;
         const bool in = i < Dk && j < Dv;
-        copy16_async<kHints>(ring + R::slot(stage, n, tid), in ? s_in + i * Dv + j : s_in, in);
+        copy16_async<(kHints & 2) != 0>(ring + R::slot(stage, n, tid), in ? s_in + i * Dv + j : s_in, in);
       }
     }
     async_commit();
@@ -2156,8 +2159,9 @@ __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
         V s0[kRows];
 #pragma unroll
         for (int n = 0; n < kRows; ++n) s0[n] = ring[R::slot(0, n, tid)];
-        R::template store<kHints>(s0, kr, gates.decay, dl, s_out, t * kCols + chunk * kVec, Dk, Dv);
-        R::template store<kHints>(s, kr, gates.decay, dl + kCols, s_out, (t + 1) * kCols + chunk * kVec, Dk, Dv);
+        R::template store<(kHints & 1) != 0>(s0, kr, gates.decay, dl, s_out, t * kCols + chunk * kVec, Dk, Dv);
+        R::template store<(kHints & 1) != 0>(s, kr, gates.decay, dl + kCols, s_out, (t + 1) * kCols + chunk * kVec, Dk,
+                                             Dv);
       }
       GDN_MARK(6);
       GDN_MARK(8);
@@ -2176,7 +2180,7 @@ __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
     GDN_MARK(5);
     const int jt = t * kCols;
     R::reduce(s, qr, kr, vj, gates.decay, gates.beta, kq, scale, part, dl, emit_at(jt));
-    if (slots.write) R::template store<kHints>(s, kr, gates.decay, dl, s_out, jt + chunk * kVec, Dk, Dv);
+    if (slots.write) R::template store<(kHints & 1) != 0>(s, kr, gates.decay, dl, s_out, jt + chunk * kVec, Dk, Dv);
     if (!has_next) break;
     ++t;
     vj = v_next.value(finisher);
@@ -2211,11 +2215,11 @@ constexpr size_t smem_bytes(int warps_per_block) {
 template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused = false, bool kNormOnly = false>
 const void* kernel_of() {
   if constexpr (kLayout == Layout::kKV && !kFused)
-    return reinterpret_cast<const void*>(&decode_kv_step_kernel<T, kDk, kP, IO, false>);
+    return reinterpret_cast<const void*>(&decode_kv_step_kernel<T, kDk, kP, IO, 0>);
   else if constexpr (kLayout == Layout::kKV)
     return reinterpret_cast<const void*>(&decode_kv_fused_kernel<T, kDk, kP, IO, kNormOnly>);
   else if constexpr (!kFused)
-    return reinterpret_cast<const void*>(&decode_vk_step_kernel<T, kLayout, kDk, kP, IO>);
+    return reinterpret_cast<const void*>(&decode_vk_step_kernel<T, kLayout, kDk, kP, IO, 0>);
   else
     return reinterpret_cast<const void*>(&decode_vk_fused_kernel<T, kLayout, kDk, kP, IO, kNormOnly>);
 }
@@ -2319,9 +2323,13 @@ int resident_warps_per_sm() {
     };
     set_limits(k);
 #if GDN_L2_HINTS
-    // The small kv tile's second instantiation (Launch::kv_l2_hints): the same limits.
-    if constexpr (kLayout == Layout::kKV && kP == kKvSmallW)
-      set_limits(reinterpret_cast<const void*>(&decode_kv_step_kernel<T, kDk, kP, IO, true>));
+    // The tile's second instantiation (Launch::l2_hints): the same limits.
+    if constexpr (kLayout == Layout::kKV && step_l2_hints<T, kLayout, kDk, kP>() != 0)
+      set_limits(
+          reinterpret_cast<const void*>(&decode_kv_step_kernel<T, kDk, kP, IO, step_l2_hints<T, kLayout, kDk, kP>()>));
+    else if constexpr (kLayout == Layout::kVK)
+      set_limits(reinterpret_cast<const void*>(
+          &decode_vk_step_kernel<T, kLayout, kDk, kP, IO, step_l2_hints<T, kLayout, kDk, kP>()>));
 #endif
     int blocks = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, w * kWarp, smem) != cudaSuccess || blocks < 1) {
@@ -2507,11 +2515,17 @@ cudaError_t launch_kernel(void (*kernel)(KArgs...), unsigned grid, unsigned bloc
 }
 
 template <typename T, Layout kLayout, int kDk, int kP>
-Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
+Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp) {
   constexpr int cpi = cols_per_item<T, kLayout, kDk, kP>();
   Launch g;
   g.items_per_head = (p.head_dim_v + cpi - 1) / cpi;
   const int64_t heads = p.batch * p.num_v_heads;
+  // The tile's L2 policies (step_l2_hints) while the state a call reads is
+  // at most twice the L2 (Qwen3.5's shape: bf16 B <= 64, fp32 B <= 32).
+  // Past it they gained nothing or lost: vk evict-first +0.5-1.1% at
+  // B = 128-512, fp32 kv's both +1.4% at B = 128 and +11% at B = 512
+  // (H200, 60 MiB of L2; bench/RESULTS.md round 20).
+  const bool state_within_2l2 = heads * int64_t(p.head_dim_k) * p.head_dim_v * int64_t(sizeof(T)) <= 2 * l2_bytes;
   const int64_t items = heads * g.items_per_head;
   const int cap = max_items_per_warp < g.items_per_head ? max_items_per_warp : g.items_per_head;
   g.group_heads = p.num_v_heads / p.num_k_heads;
@@ -2580,13 +2594,12 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
         g.items_per_warp = 1;
         g.blocks_per_head = tiles_small;
         g.small_loads_first = true;
-        // Up to 4 blocks an SM: S' stored evict-first, 256-byte copies
-        // (H200, 2026-12-02, bench/RESULTS.md round 19: B = 1 fp32 3.07 ->
-        // 2.91 us, bf16 2.90 -> 2.79, through a pool 3.45 -> 3.11 and 3.30
-        // -> 2.82; head dims 64 and 256 2.6-6% faster). At 8 an SM (bf16
-        // B = 8) the pool's rows were 4-6% slower with them, the dense ones
-        // 1.3% faster: off.
-        g.kv_l2_hints = heads * tiles_small <= int64_t(4) * sms;
+        // The tile's L2 policies up to 4 blocks an SM (H200, bench/RESULTS.md
+        // rounds 19-20: B = 1 fp32 3.07 -> 2.93 us, bf16 2.90 -> 2.64,
+        // through a pool 3.45 -> 3.11 and 3.28 -> 2.84; head dims 64 and
+        // 256 2.6-6% faster). At 8 an SM (bf16 B = 8) evict-first alone
+        // cost 1.8-3.6%: off.
+        g.l2_hints = heads * tiles_small <= int64_t(4) * sms ? step_l2_hints<T, kLayout, kDk, kKvSmallW>() : 0;
         return g;
       }
     }
@@ -2618,6 +2631,7 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
     }
     int64_t n = (items + slots - 1) / slots;
     if (sizeof(T) == 4 && n > 2) n = 1;
+    g.l2_hints = state_within_2l2 ? step_l2_hints<T, kLayout, kDk, kP>() : 0;
     g.warps_per_block = kP;
     g.items_per_warp = int(n < 1 ? 1 : n > cap ? cap : n);
     g.blocks_per_head = (g.items_per_head + g.items_per_warp - 1) / g.items_per_warp;
@@ -2647,6 +2661,7 @@ Launch plan_launch(const DecodeParams& p, int sms, int max_items_per_warp) {
   g.items_per_warp = ipw;
   g.warps_per_block = w;
   g.blocks_per_head = (warps_per_head + w - 1) / w;
+  g.l2_hints = state_within_2l2 ? step_l2_hints<T, kLayout, kDk, kP>() : 0;
   g.small_loads_first = ipw == 1 && heads * warps_per_head <= slots;
   return g;
 }
@@ -2707,11 +2722,12 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
                                    g.items_per_warp, by_bph, by_hv, by_head_map, g.small_loads_first, kp, scale);
             };
 #if GDN_L2_HINTS
-            if constexpr (kW == kKvSmallW) {
-              if (g.kv_l2_hints) return launch_step(&decode_kv_step_kernel<T, kDk, kW, IO, true>);
+            constexpr int kHints = step_l2_hints<T, kLayout, kDk, kW>();
+            if constexpr (kHints != 0) {
+              if (g.l2_hints != 0) return launch_step(&decode_kv_step_kernel<T, kDk, kW, IO, kHints>);
             }
 #endif
-            return launch_step(&decode_kv_step_kernel<T, kDk, kW, IO, false>);
+            return launch_step(&decode_kv_step_kernel<T, kDk, kW, IO, 0>);
           }
         };
         if constexpr (!kFused && kP > kKvSmallW) {
@@ -2725,9 +2741,15 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
         const unsigned threads = unsigned(g.warps_per_block * kWarp);
         const size_t smem = smem_bytes<T, kLayout, kDk, kP>(g.warps_per_block) + fused_smem;
         if constexpr (!kFused) {
-          return launch_kernel(&decode_vk_step_kernel<T, kLayout, kDk, kP, IO>, blocks, threads, smem, stream, pdl,
-                               1, g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map,
-                               g.small_loads_first, kp, scale);
+          auto launch_step = [&](auto kernel) {
+            return launch_kernel(kernel, blocks, threads, smem, stream, pdl, 1, g.items_per_head, g.items_per_warp,
+                                 by_bph, by_hv, by_head_map, g.small_loads_first, kp, scale);
+          };
+#if GDN_L2_HINTS
+          if (g.l2_hints != 0)
+            return launch_step(&decode_vk_step_kernel<T, kLayout, kDk, kP, IO, step_l2_hints<T, kLayout, kDk, kP>()>);
+#endif
+          return launch_step(&decode_vk_step_kernel<T, kLayout, kDk, kP, IO, 0>);
         }
         auto launch_vk = [&](auto kernel) {
           return launch_kernel(kernel, blocks, threads, smem, stream, pdl, g.cluster, g.items_per_head,
@@ -2751,9 +2773,9 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
 }
 
 // The shipped tile parameter of (T, L) at Dk capacity D.
-#define GDN_INSTANTIATE_DECODE_ONE(T, L, D)                                                      \
-  template Launch plan_launch<T, L, D, default_tile_param<T, L>()>(const DecodeParams&, int, int); \
-  template cudaError_t launch_decode<T, L, D, default_tile_param<T, L>()>(                       \
+#define GDN_INSTANTIATE_DECODE_ONE(T, L, D)                                                                 \
+  template Launch plan_launch<T, L, D, default_tile_param<T, L>()>(const DecodeParams&, int, int64_t, int); \
+  template cudaError_t launch_decode<T, L, D, default_tile_param<T, L>()>(                                  \
       const DecodeParams&, const Launch&, cudaStream_t);
 
 #define GDN_INSTANTIATE_DECODE(T)                     \
