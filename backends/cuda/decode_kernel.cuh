@@ -787,8 +787,8 @@ struct Launch {
 // kL2Fetch256 asks L2 for the whole 256-byte block of each copy
 // (copy16_async<true>). Which bits pay differs by tile and state dtype
 // (H200, bench/RESULTS.md round 20, each bit alone and both, B = 1-512):
-// - vk: evict-first only (bf16 B = 1 -6.3%, B = 8-64 -2 to -2.4%; fp32
-//   B = 1-32 -0.4 to -1%, pools -2.4 to -6.5%; the 256-byte copies gained
+// - vk: evict-first only (bf16 B = 1 -6.3%, B = 8-64 -1.6 to -2.4%; fp32
+//   B = 1-32 -0.4 to -1%; pools -0.7 to -11%; the 256-byte copies gained
 //   nothing alone and cost bf16 B = 1 5% with evict-first);
 // - kv's 4-warp tile in one-round grids: both for fp32 (B = 1 2.93 us
 //   against 2.96 with evict-first alone) and for 16-bit states at Dk =
@@ -797,7 +797,7 @@ struct Launch {
 //   alike);
 // - kv's 8-warp tile: both for fp32 (B = 8 -4.1%, through a pool -6.6%,
 //   B = 16-32 -0.7 to -1.9%); none for 16-bit states (evict-first within
-//   0.5% of none from B = 16 to 64; both +3 to +6%).
+//   0.5% of none from B = 16 to 64; both +3 to +6.5%).
 constexpr int kL2EvictFirst = 1;
 constexpr int kL2Fetch256 = 2;
 // (The fused kernels store S' evict-first always: kFusedL2Hints.)

@@ -2521,10 +2521,11 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
   g.items_per_head = (p.head_dim_v + cpi - 1) / cpi;
   const int64_t heads = p.batch * p.num_v_heads;
   // The tile's L2 policies (step_l2_hints) while the state a call reads is
-  // at most twice the L2 (Qwen3.5's shape: bf16 B <= 64, fp32 B <= 32).
-  // Past it they gained nothing or lost: vk evict-first +0.5-1.1% at
-  // B = 128-512, fp32 kv's both +1.4% at B = 128 and +11% at B = 512
-  // (H200, 60 MiB of L2; bench/RESULTS.md round 20).
+  // at most twice the L2 (an H200's 60 MiB at Qwen3.5's shape: bf16
+  // B <= 120, fp32 B <= 60; measured in at B = 64 and 32, out at 128 and 64).
+  // Past it they gained little or lost: vk evict-first -0.6% to +1.1% at
+  // B = 64-512, fp32 kv's both +0.3% at B = 64, +1.4% at 128 and +11% at
+  // 512 (H200; bench/RESULTS.md round 20).
   const bool state_within_2l2 = heads * int64_t(p.head_dim_k) * p.head_dim_v * int64_t(sizeof(T)) <= 2 * l2_bytes;
   const int64_t items = heads * g.items_per_head;
   const int cap = max_items_per_warp < g.items_per_head ? max_items_per_warp : g.items_per_head;
@@ -2598,7 +2599,7 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
         // rounds 19-20: B = 1 fp32 3.07 -> 2.93 us, bf16 2.90 -> 2.64,
         // through a pool 3.45 -> 3.11 and 3.28 -> 2.84; head dims 64 and
         // 256 2.6-6% faster). At 8 an SM (bf16 B = 8) evict-first alone
-        // cost 1.8-3.6%: off.
+        // cost 1.2-3.6%: off.
         g.l2_hints = heads * tiles_small <= int64_t(4) * sms ? step_l2_hints<T, kLayout, kDk, kKvSmallW>() : 0;
         return g;
       }
