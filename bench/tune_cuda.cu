@@ -439,82 +439,10 @@ void sweep_width(int sms) {
     }
 }
 
-// "narrow": the kv step of 16-bit states in 4-warp tiles of 8-byte chunks
-// (16 values a thread, as an fp32 tile's; KvTile's kChunk) against the
-// planner's 16-byte small tile, with each L2 policy set; tiles_per_block
-// tiles a block (1: one-round grids; 2 at B = 8).
-template <typename T, int kDk, int kHints>
-cudaError_t launch_narrow(const gdn::DecodeParams& p, int tiles_per_block, cudaStream_t s) {
-  using namespace gdn::cuda;
-  constexpr int kW = 4, kC = 8;
-  auto kernel = &decode_kv_step_kernel<T, kDk, kW, bf16, kHints, kC>;
-  constexpr size_t smem = kv_step_smem_bytes<T, kDk, kW, kC>();
-  static const bool once = [&] {
-    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                               int(cudaSharedmemCarveoutMaxShared));
-    return true;
-  }();
-  (void)once;
-  const KernelParams kp = kernel_params(p);
-  const float scale = effective_scale(p);
-  const FastDiv by_head_map(unsigned(p.head_map == gdn::HeadMap::kInterleaved ? p.num_v_heads / p.num_k_heads
-                                                                              : p.num_k_heads));
-  constexpr int cols = KvTile<T, kDk, kW, kC>::kCols;
-  const int tph = (p.head_dim_v + cols - 1) / cols;
-  const int bph = (tph + tiles_per_block - 1) / tiles_per_block;
-  const unsigned blocks = unsigned(p.batch * p.num_v_heads * bph);
-  const FastDiv by_hv{unsigned(p.num_v_heads)}, by_bph{unsigned(bph)};
-  return launch_kernel(kernel, blocks, unsigned(kW * kWarp), smem, s, false, 1, tph, tiles_per_block, by_bph, by_hv,
-                       by_head_map, tiles_per_block == 1, kp, scale);
-}
-template <int kDk>
-void narrow_row(int sms, const Shape& sh, int rep) {
-  using T = __nv_bfloat16;
-  Bed bed(sh);
-  const double copy = bed.copy_floor_us();
-  struct Mode {
-    const char* name;
-    int tpb;
-    cudaError_t (*run)(const gdn::DecodeParams&, int, cudaStream_t);
-  };
-  const Mode modes[] = {{"planner", 0, nullptr},
-                        {"n8-h0", 1, launch_narrow<T, kDk, 0>},
-                        {"n8-h1", 1, launch_narrow<T, kDk, 1>},
-                        {"n8-h3", 1, launch_narrow<T, kDk, 3>},
-                        {"n8-h1-t2", 2, launch_narrow<T, kDk, 1>},
-                        {"n8-h3-t2", 2, launch_narrow<T, kDk, 3>}};
-  for (const Mode& m : modes) {
-    if (m.tpb == 2 && sh.B == 1) continue;
-    const int n = bed.calls();
-    cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
-      const gdn::DecodeParams p = bed.params(cur);
-      if (m.run == nullptr) {
-        const gdn::cuda::Launch l = gdn::cuda::plan_launch<T, Layout::kKV, kDk, 8>(p, sms, g_l2_bytes, 4);
-        GDN_BENCH_CHECK((gdn::cuda::launch_decode<T, Layout::kKV, kDk, 8>(p, l, bed.stream)));
-      } else {
-        GDN_BENCH_CHECK(m.run(p, m.tpb, bed.stream));
-      }
-    });
-    const double us = bed.time_graph(g, n);
-    cudaGraphExecDestroy(g);
-    std::printf("NARROW %d bf16 kv D=%d B=%-3lld pool=%d %-9s %9.3f %9.3f %7.3f\n", rep, sh.d, (long long)sh.B,
-                int(sh.indexed), m.name, us, copy, us / copy);
-  }
-}
-void sweep_narrow(int sms) {
-  for (int rep = 0; rep < 3; ++rep) {
-    for (int64_t B : {1, 8})
-      for (bool pool : {false, true})
-        narrow_row<128>(sms, Shape{B, 16, 32, 128, gdn::DType::kBF16, Layout::kKV, pool}, rep);
-    narrow_row<64>(sms, Shape{1, 16, 32, 64, gdn::DType::kBF16, Layout::kKV, false}, rep);
-    narrow_row<256>(sms, Shape{1, 16, 32, 256, gdn::DType::kBF16, Layout::kKV, false}, rep);
-  }
-}
-
 // Optional arguments: "vk" or "kv" sweeps that layout only ("blocks": the vk
 // block size at small B; "ipw": vk items a warp, forced; "hints": the L2
-// policies on the state's traffic off, on and as planned; "skeleton",
+// policies on the state's traffic off, on and as planned; "width": the
+// values a thread holds at small B, at equal state bytes; "skeleton",
 // "skeleton2" and "skeleton3": the kv step's memory traffic alone); a
 // second one keeps the variants whose name has it. (A kv variant runs the
 // planner's choice, which takes 4-warp tiles in one-round grids: "kv W=8"
@@ -532,10 +460,6 @@ int main(int argc, char** argv) {
     std::printf("%-6s %-5s %4s %-8s %4s %9s %9s %7s\n", "state", "lay", "B", "variant", "ipw", "us", "copy", "ratio");
     sweep_block_size<float>(sms);
     sweep_block_size<__nv_bfloat16>(sms);
-    return 0;
-  }
-  if (only == "narrow") {
-    sweep_narrow(sms);
     return 0;
   }
   if (only == "width") {

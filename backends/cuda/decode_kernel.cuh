@@ -450,32 +450,6 @@ __device__ __forceinline__ void copy16_async(void* smem, const void* gmem, bool 
   *static_cast<uint4*>(smem) = valid ? *static_cast<const uint4*>(gmem) : make_uint4(0, 0, 0, 0);
 #endif
 }
-// The same for an 8-byte chunk (the narrow kv tile): cp.async.cg moves only
-// 16 bytes, so this one goes through L1 (.ca); nothing reads it from there.
-template <bool kFetch256 = false>
-__device__ __forceinline__ void copy8_async(void* smem, const void* gmem, bool valid) {
-#if GDN_ASYNC_COPY
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  if constexpr (kFetch256)
-    asm volatile("cp.async.ca.shared.global.L2::256B [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(gmem),
-                 "r"(valid ? 8 : 0)
-                 : "memory");
-  else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 8 : 0)
-                 : "memory");
-#else
-  *static_cast<uint2*>(smem) = valid ? *static_cast<const uint2*>(gmem) : make_uint2(0, 0);
-#endif
-}
-// A chunk of kBytes (16 or 8) by the copy above of that size.
-template <int kBytes, bool kFetch256 = false>
-__device__ __forceinline__ void copy_chunk_async(void* smem, const void* gmem, bool valid) {
-  static_assert(kBytes == 16 || kBytes == 8, "16- or 8-byte chunks");
-  if constexpr (kBytes == 16)
-    copy16_async<kFetch256>(smem, gmem, valid);
-  else
-    copy8_async<kFetch256>(smem, gmem, valid);
-}
 // Close the group of copies issued since the last commit (one group per item).
 __device__ __forceinline__ void async_commit() {
 #if GDN_ASYNC_COPY
@@ -490,28 +464,20 @@ __device__ __forceinline__ void async_wait() {
 #endif
 }
 
-// One 16-byte (or 8-byte) vector of the new state to global memory; with
-// kEvictFirst under an L2 evict-first policy, so that L2 gives its dirty
-// lines up first (step_l2_hints; NVIDIA sm_80 and newer, elsewhere a plain
+// One 16-byte vector of the new state to global memory; with kEvictFirst
+// under an L2 evict-first policy, so that L2 gives its dirty lines up
+// first (step_l2_hints; NVIDIA sm_80 and newer, elsewhere a plain
 // store). The bytes written are the same.
 template <bool kEvictFirst, typename V>
 __device__ __forceinline__ void store_state16(V* dst, const V& v) {
-  static_assert(sizeof(V) == 16 || sizeof(V) == 8, "16- or 8-byte vectors");
 #if GDN_ASYNC_COPY
   if constexpr (kEvictFirst) {
     uint64_t policy;
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-    if constexpr (sizeof(V) == 16) {
-      const uint4 u = *reinterpret_cast<const uint4*>(&v);
-      asm volatile("st.global.L2::cache_hint.v4.b32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(dst), "r"(u.x), "r"(u.y),
-                   "r"(u.z), "r"(u.w), "l"(policy)
-                   : "memory");
-    } else {
-      const uint2 u = *reinterpret_cast<const uint2*>(&v);
-      asm volatile("st.global.L2::cache_hint.v2.b32 [%0], {%1, %2}, %3;\n" ::"l"(dst), "r"(u.x), "r"(u.y),
-                   "l"(policy)
-                   : "memory");
-    }
+    const uint4 u = *reinterpret_cast<const uint4*>(&v);
+    asm volatile("st.global.L2::cache_hint.v4.b32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(dst), "r"(u.x), "r"(u.y),
+                 "r"(u.z), "r"(u.w), "l"(policy)
+                 : "memory");
     return;
   }
 #endif
@@ -563,11 +529,10 @@ constexpr int kv_step_stages() {
   return kDk <= 64 && kv_stages<T>() == 2 ? 3 : kv_stages<T>();
 }
 
-// A vector of state elements, 16 bytes (or 8: the 16-bit kv step's
-// narrow tile, KvTile).
-template <typename T, int kBytes = 16>
-struct alignas(kBytes) Vec {
-  static constexpr int kN = kBytes / int(sizeof(T));
+// A 16-byte vector of state elements.
+template <typename T>
+struct alignas(16) Vec {
+  static constexpr int kN = 16 / int(sizeof(T));
   T x[kN];
 };
 
@@ -730,15 +695,11 @@ struct VkTile {
 // (n < kRows), so a warp instruction moves 32 / kW rows of kW * 16
 // contiguous bytes each (kW = 8: four 128-byte segments), computes on those
 // chunks and stores them back (KvRegTile, decode_kernel_impl.cuh).
-// kChunk: the chunk's bytes, 16, or 8 for the narrow tile of 16-bit states
-// (kKvNarrowChunk: 4 columns a chunk, so a thread holds as many values as
-// an fp32 tile's).
-template <typename T, int kDk, int kW, int kChunk = 16>
+template <typename T, int kDk, int kW>
 struct KvTile {
   static_assert(kW == 2 || kW == 4 || kW == 8, "kv: 2, 4 or 8 warps a block");
   static_assert(kDk % kWarp == 0, "kv: Dk capacity a multiple of 32");
-  static_assert(kChunk == 16 || kChunk == 8, "kv: 16- or 8-byte chunks");
-  static constexpr int kVec = Vec<T, kChunk>::kN;
+  static constexpr int kVec = Vec<T>::kN;
   static constexpr int kCols = kW * kVec;   // columns of a tile
   static constexpr int kRows = kDk / kWarp;  // rows a thread holds
   static constexpr int kThreads = kW * kWarp;

@@ -1579,13 +1579,11 @@ __device__ __forceinline__ void load_qk_rows(const Params& p, int64_t b, int hk,
 // log2(kWarp / kW) inside the warp, the rest across warps in the same
 // pairwise order, so it does not depend on kW (the 4-warp tiles of
 // one-round grids are bitwise the 8-warp tiles) nor on the tiles a block
-// streams, nor on kChunk (a thread's chunk holds other columns, each summed
-// over the same rows in the same tree). Every thread of the block calls
-// reduce() (it holds two barriers).
-template <typename T, int kDk, int kW, int kChunk = 16>
+// streams. Every thread of the block calls reduce() (it holds two barriers).
+template <typename T, int kDk, int kW>
 struct KvRegTile {
-  using Tile = KvTile<T, kDk, kW, kChunk>;
-  using V = Vec<T, kChunk>;
+  using Tile = KvTile<T, kDk, kW>;
+  using V = Vec<T>;
   static constexpr int kVec = V::kN, kRows = Tile::kRows, kCols = Tile::kCols, kThreads = Tile::kThreads;
   static constexpr int kSums = 2 * kVec;  // value c: S^T k_hat of column c; kVec + c: S^T q_hat
   // values a lane holds after the in-warp levels (kWarp / kW row groups a warp)
@@ -2015,13 +2013,13 @@ constexpr int kv_step_min_blocks() {
 // flight from the start (3 stages: fp32, and 16-bit states at Dk <= 64),
 // reduces them together (the pair path below). kHints: the L2 policies on
 // the state's traffic (step_l2_hints; 0 in the first instantiation).
-template <typename T, int kDk, int kW, typename IO, int kHints, int kChunk = 16>
+template <typename T, int kDk, int kW, typename IO, int kHints>
 __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
     decode_kv_step_kernel(int tiles_per_head, int tiles_per_block, FastDiv by_blocks_per_head, FastDiv by_hv,
                           FastDiv by_head_map, bool small_loads_first, const __grid_constant__ KernelParams p,
                           float scale) {
-  using R = KvRegTile<T, kDk, kW, kChunk>;
-  using V = Vec<T, kChunk>;
+  using R = KvRegTile<T, kDk, kW>;
+  using V = Vec<T>;
   constexpr int kVec = R::kVec, kRows = R::kRows, kCols = R::kCols, kThreads = R::kThreads;
   constexpr int kStagesHere = kv_step_stages<T, kDk>();
   // dynamic: the ring, kStagesHere stages of [kRows][kThreads] chunks
@@ -2071,8 +2069,7 @@ __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
       for (int n = 0; n < kRows; ++n) {
         const int i = rg + n * kWarp;
         const bool in = i < Dk && j < Dv;
-        copy_chunk_async<kChunk, (kHints & 2) != 0>(ring + R::slot(stage, n, tid), in ? s_in + i * Dv + j : s_in,
-                                                     in);
+        copy16_async<(kHints & 2) != 0>(ring + R::slot(stage, n, tid), in ? s_in + i * Dv + j : s_in, in);
       }
     }
     async_commit();
@@ -2193,10 +2190,9 @@ __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
 }
 
 // Dynamic shared memory of the kv step kernel: its ring.
-template <typename T, int kDk, int kW, int kChunk = 16>
+template <typename T, int kDk, int kW>
 constexpr size_t kv_step_smem_bytes() {
-  return size_t(kv_step_stages<T, kDk>()) * KvTile<T, kDk, kW, kChunk>::kRows * KvTile<T, kDk, kW, kChunk>::kThreads *
-         kChunk;
+  return size_t(kv_step_stages<T, kDk>()) * KvTile<T, kDk, kW>::kRows * KvTile<T, kDk, kW>::kThreads * 16;
 }
 
 // Dynamic shared memory of a block: the ring (vk: kStages items per warp; kv:
