@@ -439,78 +439,6 @@ void sweep_width(int sms) {
     }
 }
 
-// "wide": the kv step in tiles of 16 warps (256-byte row segments: a whole
-// row of a 16-bit head at Dv = 128, half an fp32 one) against the planner's
-// tiles, tiles_per_block tiles a block, with and without evict-first stores.
-template <typename T, int kHints>
-cudaError_t launch_wide(const gdn::DecodeParams& p, int tiles_per_block, cudaStream_t s) {
-  using namespace gdn::cuda;
-  constexpr int kW = 16;
-  auto kernel = &decode_kv_step_kernel<T, 128, kW, bf16, kHints>;
-  constexpr size_t smem = kv_step_smem_bytes<T, 128, kW>();
-  static const bool once = [&] {
-    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                               int(cudaSharedmemCarveoutMaxShared));
-    int blocks = 0;
-    (void)cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kW * kWarp, smem);
-    std::printf("wide %s: %zu bytes of ring, %d blocks an SM\n", sizeof(T) == 4 ? "fp32" : "bf16", smem, blocks);
-    return true;
-  }();
-  (void)once;
-  const KernelParams kp = kernel_params(p);
-  const float scale = effective_scale(p);
-  const FastDiv by_head_map(unsigned(p.head_map == gdn::HeadMap::kInterleaved ? p.num_v_heads / p.num_k_heads
-                                                                              : p.num_k_heads));
-  constexpr int cols = KvTile<T, 128, kW>::kCols;
-  const int tph = (p.head_dim_v + cols - 1) / cols;
-  const int tpb = tiles_per_block < tph ? tiles_per_block : tph;
-  const int bph = (tph + tpb - 1) / tpb;
-  const unsigned blocks = unsigned(p.batch * p.num_v_heads * bph);
-  const FastDiv by_hv{unsigned(p.num_v_heads)}, by_bph{unsigned(bph)};
-  return launch_kernel(kernel, blocks, unsigned(kW * kWarp), smem, s, false, 1, tph, tpb, by_bph, by_hv,
-                       by_head_map, false, kp, scale);
-}
-template <typename T>
-void wide_row(int sms, const Shape& sh, int rep) {
-  Bed bed(sh);
-  const double copy = bed.copy_floor_us();
-  struct Mode {
-    const char* name;
-    int tpb;
-    cudaError_t (*run)(const gdn::DecodeParams&, int, cudaStream_t);
-  };
-  const Mode modes[] = {{"planner", 0, nullptr},
-                        {"w16-h0-t1", 1, launch_wide<T, 0>},
-                        {"w16-h1-t1", 1, launch_wide<T, 1>},
-                        {"w16-h0-t2", 2, launch_wide<T, 0>},
-                        {"w16-h1-t2", 2, launch_wide<T, 1>}};
-  for (const Mode& m : modes) {
-    if (m.tpb == 2 && sizeof(T) != 4) continue;  // a 16-bit head is one tile
-    const int n = bed.calls();
-    cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
-      const gdn::DecodeParams p = bed.params(cur);
-      if (m.run == nullptr) {
-        const gdn::cuda::Launch l = gdn::cuda::plan_launch<T, Layout::kKV, 128, 8>(p, sms, g_l2_bytes, 4);
-        GDN_BENCH_CHECK((gdn::cuda::launch_decode<T, Layout::kKV, 128, 8>(p, l, bed.stream)));
-      } else {
-        GDN_BENCH_CHECK(m.run(p, m.tpb, bed.stream));
-      }
-    });
-    const double us = bed.time_graph(g, n);
-    cudaGraphExecDestroy(g);
-    std::printf("WIDE %d %s kv B=%-3lld pool=%d %-10s %9.3f %9.3f %7.3f\n", rep, sizeof(T) == 4 ? "fp32" : "bf16",
-                (long long)sh.B, int(sh.indexed), m.name, us, copy, us / copy);
-  }
-}
-void sweep_wide(int sms) {
-  for (int rep = 0; rep < 2; ++rep)
-    for (int64_t B : {8, 16, 32, 64, 128, 512}) {
-      wide_row<__nv_bfloat16>(sms, Shape{B, 16, 32, 128, gdn::DType::kBF16, Layout::kKV, false}, rep);
-      wide_row<float>(sms, Shape{B, 16, 32, 128, gdn::DType::kF32, Layout::kKV, false}, rep);
-    }
-}
-
 // Optional arguments: "vk" or "kv" sweeps that layout only ("blocks": the vk
 // block size at small B; "ipw": vk items a warp, forced; "hints": the L2
 // policies on the state's traffic off, on and as planned; "width": the
@@ -532,10 +460,6 @@ int main(int argc, char** argv) {
     std::printf("%-6s %-5s %4s %-8s %4s %9s %9s %7s\n", "state", "lay", "B", "variant", "ipw", "us", "copy", "ratio");
     sweep_block_size<float>(sms);
     sweep_block_size<__nv_bfloat16>(sms);
-    return 0;
-  }
-  if (only == "wide") {
-    sweep_wide(sms);
     return 0;
   }
   if (only == "width") {

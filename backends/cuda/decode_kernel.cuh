@@ -697,7 +697,7 @@ struct VkTile {
 // chunks and stores them back (KvRegTile, decode_kernel_impl.cuh).
 template <typename T, int kDk, int kW>
 struct KvTile {
-  static_assert(kW == 2 || kW == 4 || kW == 8 || kW == 16, "kv: 2, 4, 8 or 16 warps a block");
+  static_assert(kW == 2 || kW == 4 || kW == 8, "kv: 2, 4 or 8 warps a block");
   static_assert(kDk % kWarp == 0, "kv: Dk capacity a multiple of 32");
   static constexpr int kVec = Vec<T>::kN;
   static constexpr int kCols = kW * kVec;   // columns of a tile
