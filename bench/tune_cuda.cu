@@ -7,6 +7,7 @@
 // Also diagnostics of the memory traffic alone (the "skeleton" modes, below
 // and RESULTS round 8).
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -439,10 +440,83 @@ void sweep_width(int sms) {
     }
 }
 
+// "pools": where a pool's cost at small B comes from. The step through
+// the benchmark's pool (2B slots, rows scattered, an index array per
+// rotating set: cold), through the same pool with the identity order
+// (slot b for row b: the dense call's addresses, one index load more; the
+// same padding rows), and that with one index array for every call (in
+// L2), beside the dense call; then the order without the spread over the
+// pool (permuted or reversed in the first B slots, or the identity in the
+// upper B); three alternations.
+template <typename T, Layout L>
+void pools_row(int sms, int64_t B, int rep) {
+  constexpr int kP = gdn::cuda::default_tile_param<T, L>();
+  const gdn::DType t = sizeof(T) == 4 ? gdn::DType::kF32 : gdn::DType::kBF16;
+  auto time = [&](Bed& bed, auto&& params) {
+    const int n = bed.calls();
+    cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
+      const gdn::DecodeParams p = params(cur);
+      const gdn::cuda::Launch l =
+          gdn::cuda::plan_launch<T, L, 128, kP>(p, sms, g_l2_bytes, gdn::cuda::default_items_per_warp<T, L>());
+      GDN_BENCH_CHECK((gdn::cuda::launch_decode<T, L, 128, kP>(p, l, bed.stream)));
+    });
+    const double us = bed.time_graph(g, n);
+    cudaGraphExecDestroy(g);
+    return us;
+  };
+  Bed dense(Shape{B, 16, 32, 128, t, L, false});
+  const double copy = dense.copy_floor_us();
+  const double us_dense = time(dense, [&](const Set& cur) { return dense.params(cur); });
+  Bed pool(Shape{B, 16, 32, 128, t, L, true});
+  const double us_scattered = time(pool, [&](const Set& cur) { return pool.params(cur); });
+  // One index array per rotating set (cold) or one for every call, slot
+  // slot_of(b) for row b, the benchmark pool's padding rows kept (one in
+  // 16 from B = 16).
+  auto time_order = [&](auto&& slot_of, bool shared) {
+    std::vector<int32_t> order;
+    for (int32_t b = 0; b < int32_t(B); ++b) order.push_back(b % 16 == 15 ? -1 : int32_t(slot_of(b)));
+    std::vector<int32_t*> idx(pool.sets.size());
+    for (int32_t*& d : idx) {
+      GDN_BENCH_CHECK(cudaMalloc(&d, order.size() * 4));
+      GDN_BENCH_CHECK(cudaMemcpy(d, order.data(), order.size() * 4, cudaMemcpyHostToDevice));
+    }
+    const double us = time(pool, [&](const Set& cur) {
+      gdn::DecodeParams p = pool.params(cur);
+      p.state_indices = idx[shared ? 0 : size_t(&cur - pool.sets.data())];
+      return p;
+    });
+    for (int32_t* d : idx) cudaFree(d);
+    return us;
+  };
+  const double us_ident = time_order([](int32_t b) { return b; }, false);
+  const double us_ident_shared = time_order([](int32_t b) { return b; }, true);
+  // The order without the spread: the benchmark's permutation of the first
+  // B slots (7919 b mod B, B a power of two), the rows reversed, and the
+  // identity order in the pool's upper half.
+  const double us_perm = time_order([&](int32_t b) { return int32_t((int64_t(b) * 7919) % B); }, false);
+  const double us_rev = time_order([&](int32_t b) { return int32_t(B - 1 - b); }, false);
+  const double us_upper = time_order([&](int32_t b) { return int32_t(B + b); }, false);
+  std::printf("POOLS %d %-4s %s B=%-3lld dense %8.3f scattered %8.3f identity %8.3f identity-one-array %8.3f copy %8.3f"
+              " permuted %8.3f reversed %8.3f upper %8.3f\n",
+              rep, sizeof(T) == 4 ? "fp32" : "bf16", gdn::to_string(L), (long long)B, us_dense, us_scattered, us_ident,
+              us_ident_shared, copy, us_perm, us_rev, us_upper);
+}
+void sweep_pools(int sms) {
+  const bool large = std::getenv("POOLS_LARGE") != nullptr;  // B = 32 and 128 instead of 1 and 8
+  for (int rep = 0; rep < 3; ++rep)
+    for (int64_t B : {large ? 32 : 1, large ? 128 : 8}) {
+      pools_row<float, Layout::kKV>(sms, B, rep);
+      pools_row<float, Layout::kVK>(sms, B, rep);
+      pools_row<__nv_bfloat16, Layout::kKV>(sms, B, rep);
+      pools_row<__nv_bfloat16, Layout::kVK>(sms, B, rep);
+    }
+}
+
 // Optional arguments: "vk" or "kv" sweeps that layout only ("blocks": the vk
 // block size at small B; "ipw": vk items a warp, forced; "hints": the L2
 // policies on the state's traffic off, on and as planned; "width": the
-// values a thread holds at small B, at equal state bytes; "skeleton",
+// values a thread holds at small B, at equal state bytes; "pools": what a
+// pool costs at small B, scattered or in the identity order; "skeleton",
 // "skeleton2" and "skeleton3": the kv step's memory traffic alone); a
 // second one keeps the variants whose name has it. (A kv variant runs the
 // planner's choice, which takes 4-warp tiles in one-round grids: "kv W=8"
@@ -460,6 +534,10 @@ int main(int argc, char** argv) {
     std::printf("%-6s %-5s %4s %-8s %4s %9s %9s %7s\n", "state", "lay", "B", "variant", "ipw", "us", "copy", "ratio");
     sweep_block_size<float>(sms);
     sweep_block_size<__nv_bfloat16>(sms);
+    return 0;
+  }
+  if (only == "pools") {
+    sweep_pools(sms);
     return 0;
   }
   if (only == "width") {
