@@ -440,7 +440,8 @@ void sweep_width(int sms) {
     }
 }
 
-// "pools": where a pool's cost at small B comes from. The step through
+// "pools": where a pool's cost comes from (B = 1 and 8; with POOLS_LARGE
+// set, 32 and 128). The step through
 // the benchmark's pool (2B slots, rows scattered, an index array per
 // rotating set: cold), through the same pool with the identity order
 // (slot b for row b: the dense call's addresses, one index load more; the
@@ -491,7 +492,7 @@ void pools_row(int sms, int64_t B, int rep) {
   const double us_ident = time_order([](int32_t b) { return b; }, false);
   const double us_ident_shared = time_order([](int32_t b) { return b; }, true);
   // The order without the spread: the benchmark's permutation of the first
-  // B slots (7919 b mod B, B a power of two), the rows reversed, and the
+  // B slots (7919 b mod B: 7919 is prime), the rows reversed, and the
   // identity order in the pool's upper half.
   const double us_perm = time_order([&](int32_t b) { return int32_t((int64_t(b) * 7919) % B); }, false);
   const double us_rev = time_order([&](int32_t b) { return int32_t(B - 1 - b); }, false);
@@ -516,7 +517,7 @@ void sweep_pools(int sms) {
 // block size at small B; "ipw": vk items a warp, forced; "hints": the L2
 // policies on the state's traffic off, on and as planned; "width": the
 // values a thread holds at small B, at equal state bytes; "pools": what a
-// pool costs at small B, scattered or in the identity order; "skeleton",
+// pool costs by its slots' order and its index's place; "skeleton",
 // "skeleton2" and "skeleton3": the kv step's memory traffic alone); a
 // second one keeps the variants whose name has it. (A kv variant runs the
 // planner's choice, which takes 4-warp tiles in one-round grids: "kv W=8"
