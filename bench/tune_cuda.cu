@@ -448,7 +448,8 @@ void sweep_width(int sms) {
 // same padding rows), and that with one index array for every call (in
 // L2), beside the dense call; then the order without the spread over the
 // pool (permuted or reversed in the first B slots, or the identity in the
-// upper B); three alternations.
+// upper B), rows a slot apart, and runs of 8 adjacent rows permuted; three
+// alternations.
 template <typename T, Layout L>
 void pools_row(int sms, int64_t B, int rep) {
   constexpr int kP = gdn::cuda::default_tile_param<T, L>();
@@ -497,10 +498,17 @@ void pools_row(int sms, int64_t B, int rep) {
   const double us_perm = time_order([&](int32_t b) { return int32_t((int64_t(b) * 7919) % B); }, false);
   const double us_rev = time_order([&](int32_t b) { return int32_t(B - 1 - b); }, false);
   const double us_upper = time_order([&](int32_t b) { return int32_t(B + b); }, false);
+  // Rows a slot apart (slot 2b: every other slot, in order), and runs of 8
+  // adjacent rows whose runs are permuted (run r of the B / 8 at run 7919 r
+  // mod (B / 8)).
+  const double us_stride2 = time_order([](int32_t b) { return 2 * b; }, false);
+  const int64_t runs = B >= 8 ? B / 8 : 1;
+  const double us_runs8 = time_order(
+      [&](int32_t b) { return B >= 8 ? int32_t(((int64_t(b / 8) * 7919) % runs) * 8 + b % 8) : b; }, false);
   std::printf("POOLS %d %-4s %s B=%-3lld dense %8.3f scattered %8.3f identity %8.3f identity-one-array %8.3f copy %8.3f"
-              " permuted %8.3f reversed %8.3f upper %8.3f\n",
+              " permuted %8.3f reversed %8.3f upper %8.3f stride2 %8.3f runs8 %8.3f\n",
               rep, sizeof(T) == 4 ? "fp32" : "bf16", gdn::to_string(L), (long long)B, us_dense, us_scattered, us_ident,
-              us_ident_shared, copy, us_perm, us_rev, us_upper);
+              us_ident_shared, copy, us_perm, us_rev, us_upper, us_stride2, us_runs8);
 }
 void sweep_pools(int sms) {
   const bool large = std::getenv("POOLS_LARGE") != nullptr;  // B = 32 and 128 instead of 1 and 8
