@@ -419,9 +419,8 @@ void width_row(int sms, int64_t B, int dv, int rep) {
     p.head_dim_v = dv;
     gdn::set_dense_strides(p);
     gdn::set_packed_qkv(p, cur.qkv, cdim);
-    const gdn::cuda::Launch l = gdn::cuda::plan_launch<T, L, 128, gdn::cuda::default_tile_param<T, L>()>(
-        p, sms, g_l2_bytes, gdn::cuda::default_items_per_warp<T, L>());
-    GDN_BENCH_CHECK((gdn::cuda::launch_decode<T, L, 128, gdn::cuda::default_tile_param<T, L>()>(p, l, bed.stream)));
+    GDN_BENCH_CHECK((run_variant<T, L, gdn::cuda::default_tile_param<T, L>()>(
+        p, sms, gdn::cuda::default_items_per_warp<T, L>(), bed.stream)));
   });
   const double us = bed.time_graph(g, n);
   cudaGraphExecDestroy(g);
@@ -452,15 +451,12 @@ void sweep_width(int sms) {
 // alternations.
 template <typename T, Layout L>
 void pools_row(int sms, int64_t B, int rep) {
-  constexpr int kP = gdn::cuda::default_tile_param<T, L>();
   const gdn::DType t = sizeof(T) == 4 ? gdn::DType::kF32 : gdn::DType::kBF16;
   auto time = [&](Bed& bed, auto&& params) {
     const int n = bed.calls();
     cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
-      const gdn::DecodeParams p = params(cur);
-      const gdn::cuda::Launch l =
-          gdn::cuda::plan_launch<T, L, 128, kP>(p, sms, g_l2_bytes, gdn::cuda::default_items_per_warp<T, L>());
-      GDN_BENCH_CHECK((gdn::cuda::launch_decode<T, L, 128, kP>(p, l, bed.stream)));
+      GDN_BENCH_CHECK((run_variant<T, L, gdn::cuda::default_tile_param<T, L>()>(
+          params(cur), sms, gdn::cuda::default_items_per_warp<T, L>(), bed.stream)));
     });
     const double us = bed.time_graph(g, n);
     cudaGraphExecDestroy(g);
