@@ -193,6 +193,101 @@ void sweep_skeleton2() {
     }
 }
 
+// "copies": what makes the copy floor's kernel faster than a grid of 16 KiB
+// units (RESULTS round 8: a block a 16 KiB run with plain loads, 64 warps an
+// SM as the copy's, 1.05-1.08x it at B = 32-128). Every form copies the
+// bed's state onto itself with plain 16-byte loads and stores, nothing in
+// shared memory, no barrier:
+// - "stride": the floor's kernel (grid stride, kUnroll loads in flight a
+//   thread), its grid k blocks of 256 threads an SM;
+// - "units": 16 KiB units (a run, or a kv tile of 128-byte segments of 128
+//   rows) taken by k persistent blocks an SM in grid-stride order of units;
+// - "blocks": one unit a block (the step's grid), at most k blocks an SM
+//   (shared memory padded so no more fit).
+// Each thread loads its 4 vectors of a unit, then stores them.
+template <int kUnroll>
+__global__ void __launch_bounds__(256) copies_stride_kernel(const uint4* src, uint4* dst, int64_t n) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  for (; i + (kUnroll - 1) * stride < n; i += kUnroll * stride) {
+    uint4 x[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) x[u] = src[i + u * stride];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) dst[i + u * stride] = x[u];
+  }
+  for (; i < n; i += stride) dst[i] = src[i];
+}
+
+__global__ void __launch_bounds__(256) copies_units_kernel(const char* src, char* dst, int units, int row_bytes,
+                                                           bool tiles, bool persistent) {
+  const int tid = int(threadIdx.x), chunk = tid % 8, rg = tid / 8;
+  const int tph = row_bytes / 128;
+  auto off = [&](int u, int n) -> int64_t {
+    if (!tiles) return int64_t(u) * 16384 + (n * 256 + tid) * 16;
+    const int64_t head = u / tph, tile = u - head * tph;
+    return head * 128 * row_bytes + tile * 128 + int64_t(rg + 32 * n) * row_bytes + chunk * 16;
+  };
+  for (int u = int(blockIdx.x); u < units; u += persistent ? int(gridDim.x) : units) {
+    uint4 x[4];
+#pragma unroll
+    for (int n = 0; n < 4; ++n) x[n] = *reinterpret_cast<const uint4*>(src + off(u, n));
+#pragma unroll
+    for (int n = 0; n < 4; ++n) *reinterpret_cast<uint4*>(dst + off(u, n)) = x[n];
+  }
+}
+
+template <typename Launch>
+void copies_time(Bed& bed, const char* form, int k, int unroll, double copy, Launch&& launch) {
+  const int n = bed.calls();
+  cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) { launch(cur); });
+  const double us = bed.time_graph(g, n);
+  cudaGraphExecDestroy(g);
+  std::printf("%-6s %4lld %-12s k %d unroll %d %9.2f %9.2f %7.3f\n", gdn::to_string(bed.s.state),
+              (long long)bed.s.B, form, k, unroll, us, copy, us / copy);
+}
+
+void sweep_copies(int sms) {
+  int per_sm = 0;
+  GDN_BENCH_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
+  GDN_BENCH_CHECK(cudaFuncSetAttribute(&copies_units_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       per_sm - 2048));
+  for (int rep = 0; rep < 2; ++rep)
+    for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
+      for (int64_t B : {32, 128}) {
+        Bed bed(Shape{B, 16, 32, 128, t, Layout::kKV, false});
+        const double copy = bed.copy_floor_us();
+        const int64_t vecs = int64_t(bed.state_bytes / 16);
+        const int units = int(bed.state_bytes / 16384);
+        const int row_bytes = bed.s.d * int(gdn::dtype_size(t));
+        auto st = [](const Set& c) { return static_cast<uint4*>(c.state); };
+        for (int k : {8, 4, 2}) {
+          const unsigned grid = unsigned(k * sms);
+          copies_time(bed, "stride", k, 4, copy, [&](const Set& c) {
+            copies_stride_kernel<4><<<grid, 256, 0, bed.stream>>>(st(c), st(c), vecs);
+          });
+          copies_time(bed, "stride", k, 8, copy, [&](const Set& c) {
+            copies_stride_kernel<8><<<grid, 256, 0, bed.stream>>>(st(c), st(c), vecs);
+          });
+        }
+        for (bool tiles : {false, true})
+          for (int k : {8, 4}) {
+            const unsigned grid = unsigned(k * sms);
+            copies_time(bed, tiles ? "units-tiles" : "units-runs", k, 4, copy, [&](const Set& c) {
+              copies_units_kernel<<<grid, 256, 0, bed.stream>>>(static_cast<char*>(c.state),
+                                                                static_cast<char*>(c.state), units, row_bytes, tiles,
+                                                                true);
+            });
+            // k blocks an SM at most: k + 1 blocks of this much shared memory do not fit
+            const size_t pad = k >= 8 ? 0 : size_t(per_sm) / size_t(k + 1) + 1;
+            copies_time(bed, tiles ? "blocks-tiles" : "blocks-runs", k, 4, copy, [&](const Set& c) {
+              copies_units_kernel<<<unsigned(units), 256, pad, bed.stream>>>(
+                  static_cast<char*>(c.state), static_cast<char*>(c.state), units, row_bytes, tiles, false);
+            });
+          }
+      }
+}
+
 // "skeleton3" (sm_90): the same units loaded by the bulk-copy unit (TMA,
 // cp.async.bulk) into shared memory, counted on an mbarrier, instead of by
 // the threads: a 16 KiB run in one copy, or a tile as 128 copies of one
@@ -522,7 +617,8 @@ void sweep_pools(int sms) {
 // policies on the state's traffic off, on and as planned; "width": the
 // values a thread holds at small B, at equal state bytes; "pools": what a
 // pool costs by its slots' order and its index's place; "skeleton",
-// "skeleton2" and "skeleton3": the kv step's memory traffic alone); a
+// "skeleton2" and "skeleton3": the kv step's memory traffic alone;
+// "copies": what makes the copy floor's kernel faster than 16 KiB units); a
 // second one keeps the variants whose name has it. (A kv variant runs the
 // planner's choice, which takes 4-warp tiles in one-round grids: "kv W=8"
 // at B = 1 is 4 warps.)
@@ -551,6 +647,10 @@ int main(int argc, char** argv) {
   }
   if (only == "hints") {
     sweep_hints(sms);
+    return 0;
+  }
+  if (only == "copies") {
+    sweep_copies(sms);
     return 0;
   }
   if (only == "skeleton3") {
