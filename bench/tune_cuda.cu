@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#define GDN_TUNE_HOOKS 1  // launch_decode's shared-memory pad (the "occupancy" mode)
 #include "../backends/cuda/decode_kernel_impl.cuh"
 #include "bench_common.cuh"
 
@@ -261,7 +262,7 @@ void sweep_copies(int sms) {
         const int units = int(bed.state_bytes / 16384);
         const int row_bytes = bed.s.d * int(gdn::dtype_size(t));
         auto st = [](const Set& c) { return static_cast<uint4*>(c.state); };
-        for (int k : {8, 4, 2}) {
+        for (int k : {8, 4, 2, 1}) {
           const unsigned grid = unsigned(k * sms);
           copies_time(bed, "stride", k, 4, copy, [&](const Set& c) {
             copies_stride_kernel<4><<<grid, 256, 0, bed.stream>>>(st(c), st(c), vecs);
@@ -271,7 +272,7 @@ void sweep_copies(int sms) {
           });
         }
         for (bool tiles : {false, true})
-          for (int k : {8, 4}) {
+          for (int k : {8, 4, 3, 2}) {
             const unsigned grid = unsigned(k * sms);
             copies_time(bed, tiles ? "units-tiles" : "units-runs", k, 4, copy, [&](const Set& c) {
               copies_units_kernel<<<grid, 256, 0, bed.stream>>>(static_cast<char*>(c.state),
@@ -534,6 +535,128 @@ void sweep_width(int sms) {
     }
 }
 
+// "occupancy": the step (the planner's launch) with its dynamic shared
+// memory padded so that at most k blocks fit an SM (k = 0: as shipped),
+// against the same call's copy floor; B = 32 and 128 (RESULTS round 22: an
+// in-place copy ran faster with fewer bytes in flight an SM). Two
+// alternations.
+template <typename T, Layout L>
+void occupancy_row(int sms, int per_sm, int64_t B, int rep) {
+  const gdn::DType t = sizeof(T) == 4 ? gdn::DType::kF32 : gdn::DType::kBF16;
+  Bed bed(Shape{B, 16, 32, 128, t, L, false});
+  const double copy = bed.copy_floor_us();
+  for (int k : {0, 3, 2, 1}) {
+    gdn::cuda::g_tune_min_smem = k == 0 ? 0 : size_t(per_sm) / size_t(k + 1) + 1;
+    const int n = bed.calls();
+    cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
+      GDN_BENCH_CHECK((run_variant<T, L, gdn::cuda::default_tile_param<T, L>()>(
+          bed.params(cur), sms, gdn::cuda::default_items_per_warp<T, L>(), bed.stream)));
+    });
+    const double us = bed.time_graph(g, n);
+    cudaGraphExecDestroy(g);
+    std::printf("OCC %d %-6s %-3s %4lld cap %d %9.2f copy %9.2f %7.3f\n", rep, gdn::to_string(t), gdn::to_string(L),
+                (long long)B, k, us, copy, us / copy);
+  }
+  gdn::cuda::g_tune_min_smem = 0;
+}
+
+// The kv step with m tiles a block (the planner's launch otherwise) at
+// most k blocks an SM.
+template <typename T>
+void occupancy_kv_row(int sms, int per_sm, int64_t B, int rep) {
+  const gdn::DType t = sizeof(T) == 4 ? gdn::DType::kF32 : gdn::DType::kBF16;
+  Bed bed(Shape{B, 16, 32, 128, t, Layout::kKV, false});
+  const double copy = bed.copy_floor_us();
+  constexpr int kP = gdn::cuda::default_tile_param<T, Layout::kKV>();
+  for (int k : {0, 3, 2})
+    for (int m : {1, 2, 4}) {
+      const gdn::DecodeParams p0 = bed.params(bed.sets[0]);
+      gdn::cuda::Launch g = gdn::cuda::plan_launch<T, Layout::kKV, 128, kP>(p0, sms, g_l2_bytes, 4);
+      if (m > g.items_per_head) continue;
+      g.items_per_warp = m;
+      g.blocks_per_head = (g.items_per_head + m - 1) / m;
+      g.small_loads_first = false;
+      gdn::cuda::g_tune_min_smem = k == 0 ? 0 : size_t(per_sm) / size_t(k + 1) + 1;
+      const int n = bed.calls();
+      cudaGraphExec_t ge = bed.capture(n, [&](const Set& cur, const Set&) {
+        GDN_BENCH_CHECK((gdn::cuda::launch_decode<T, Layout::kKV, 128, kP>(bed.params(cur), g, bed.stream)));
+      });
+      const double us = bed.time_graph(ge, n);
+      cudaGraphExecDestroy(ge);
+      std::printf("OKV %d %-6s kv  %4lld cap %d tiles %d %9.2f copy %9.2f %7.3f\n", rep, gdn::to_string(t),
+                  (long long)B, k, m, us, copy, us / copy);
+    }
+  gdn::cuda::g_tune_min_smem = 0;
+}
+
+// The vk step with ipw items a warp (8-warp blocks, the planner's launch
+// otherwise) at most k blocks an SM.
+template <typename T>
+void occupancy_vk_row(int sms, int per_sm, int64_t B, int rep) {
+  const gdn::DType t = sizeof(T) == 4 ? gdn::DType::kF32 : gdn::DType::kBF16;
+  Bed bed(Shape{B, 16, 32, 128, t, Layout::kVK, false});
+  const double copy = bed.copy_floor_us();
+  constexpr int kP = gdn::cuda::default_tile_param<T, Layout::kVK>();
+  for (int k : {0, 3, 2})
+    for (int m : {0, 1, 2, 3, 4}) {
+      const gdn::DecodeParams p0 = bed.params(bed.sets[0]);
+      gdn::cuda::Launch g = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(
+          p0, sms, g_l2_bytes, gdn::cuda::default_items_per_warp<T, Layout::kVK>());
+      if (m > 0) {
+        if (m == g.items_per_warp) continue;  // the planner's (m = 0)
+        const int wph = (g.items_per_head + m - 1) / m;
+        int w = 1;
+        while (w * 2 <= wph && w * 2 <= 8) w *= 2;
+        g.items_per_warp = m;
+        g.warps_per_block = w;
+        g.blocks_per_head = (wph + w - 1) / w;
+        g.small_loads_first = false;
+      }
+      gdn::cuda::g_tune_min_smem = k == 0 ? 0 : size_t(per_sm) / size_t(k + 1) + 1;
+      const int n = bed.calls();
+      cudaGraphExec_t ge = bed.capture(n, [&](const Set& cur, const Set&) {
+        GDN_BENCH_CHECK((gdn::cuda::launch_decode<T, Layout::kVK, 128, kP>(bed.params(cur), g, bed.stream)));
+      });
+      const double us = bed.time_graph(ge, n);
+      cudaGraphExecDestroy(ge);
+      std::printf("OVK %d %-6s vk  %4lld cap %d ipw %d %9.2f copy %9.2f %7.3f\n", rep, gdn::to_string(t),
+                  (long long)B, k, g.items_per_warp, us, copy, us / copy);
+    }
+  gdn::cuda::g_tune_min_smem = 0;
+}
+
+void sweep_occupancy(int sms) {
+  if (std::getenv("OCC_VK") != nullptr) {
+    int per_sm = 0;
+    GDN_BENCH_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
+    for (int rep = 0; rep < 2; ++rep)
+      for (int64_t B : {32, 128}) {
+        occupancy_vk_row<float>(sms, per_sm, B, rep);
+        occupancy_vk_row<__nv_bfloat16>(sms, per_sm, B, rep);
+      }
+    return;
+  }
+  if (std::getenv("OCC_KV") != nullptr) {
+    int per_sm = 0;
+    GDN_BENCH_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
+    for (int rep = 0; rep < 2; ++rep)
+      for (int64_t B : {32, 128}) {
+        occupancy_kv_row<float>(sms, per_sm, B, rep);
+        occupancy_kv_row<__nv_bfloat16>(sms, per_sm, B, rep);
+      }
+    return;
+  }
+  int per_sm = 0;
+  GDN_BENCH_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
+  for (int rep = 0; rep < 2; ++rep)
+    for (int64_t B : {32, 128}) {
+      occupancy_row<float, Layout::kKV>(sms, per_sm, B, rep);
+      occupancy_row<float, Layout::kVK>(sms, per_sm, B, rep);
+      occupancy_row<__nv_bfloat16, Layout::kKV>(sms, per_sm, B, rep);
+      occupancy_row<__nv_bfloat16, Layout::kVK>(sms, per_sm, B, rep);
+    }
+}
+
 // "pools": where a pool's cost comes from (B = 1 and 8; with POOLS_LARGE
 // set, 32 and 128). The step through
 // the benchmark's pool (2B slots, rows scattered, an index array per
@@ -618,7 +741,8 @@ void sweep_pools(int sms) {
 // values a thread holds at small B, at equal state bytes; "pools": what a
 // pool costs by its slots' order and its index's place; "skeleton",
 // "skeleton2" and "skeleton3": the kv step's memory traffic alone;
-// "copies": what makes the copy floor's kernel faster than 16 KiB units); a
+// "copies": what makes the copy floor's kernel faster than 16 KiB units;
+// "occupancy": the step with at most k blocks an SM); a
 // second one keeps the variants whose name has it. (A kv variant runs the
 // planner's choice, which takes 4-warp tiles in one-round grids: "kv W=8"
 // at B = 1 is 4 warps.)
@@ -647,6 +771,10 @@ int main(int argc, char** argv) {
   }
   if (only == "hints") {
     sweep_hints(sms);
+    return 0;
+  }
+  if (only == "occupancy") {
+    sweep_occupancy(sms);
     return 0;
   }
   if (only == "copies") {

@@ -2667,6 +2667,23 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
   return g;
 }
 
+// A step launch's dynamic shared memory; tune_cuda (GDN_TUNE_HOOKS) can pad it
+// so that fewer blocks fit an SM (a diagnostic, compiled out of the library).
+#if defined(GDN_TUNE_HOOKS)
+inline size_t g_tune_min_smem = 0;
+template <typename K>
+size_t tune_smem(K kernel, size_t smem) {
+  if (g_tune_min_smem <= smem) return smem;
+  (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g_tune_min_smem));
+  return g_tune_min_smem;
+}
+#else
+template <typename K>
+constexpr size_t tune_smem(K, size_t smem) {
+  return smem;
+}
+#endif
+
 template <typename T, Layout kLayout, int kDk, int kP>
 cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t stream) {
   const KernelParams kp = kernel_params(p);
@@ -2719,7 +2736,7 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
           } else {
             auto launch_step = [&](auto kernel) {
               return launch_kernel(kernel, blocks, unsigned(KvTile<T, kDk, kW>::kThreads),
-                                   kv_step_smem_bytes<T, kDk, kW>(), stream, pdl, 1, g.items_per_head,
+                                   tune_smem(kernel, kv_step_smem_bytes<T, kDk, kW>()), stream, pdl, 1, g.items_per_head,
                                    g.items_per_warp, by_bph, by_hv, by_head_map, g.small_loads_first, kp, scale);
             };
 #if GDN_L2_HINTS
@@ -2743,7 +2760,7 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
         const size_t smem = smem_bytes<T, kLayout, kDk, kP>(g.warps_per_block) + fused_smem;
         if constexpr (!kFused) {
           auto launch_step = [&](auto kernel) {
-            return launch_kernel(kernel, blocks, threads, smem, stream, pdl, 1, g.items_per_head, g.items_per_warp,
+            return launch_kernel(kernel, blocks, threads, tune_smem(kernel, smem), stream, pdl, 1, g.items_per_head, g.items_per_warp,
                                  by_bph, by_hv, by_head_map, g.small_loads_first, kp, scale);
           };
 #if GDN_L2_HINTS
