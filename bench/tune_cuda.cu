@@ -590,18 +590,15 @@ void occupancy_kv_row(int sms, int per_sm, int64_t B, int rep) {
 }
 
 // The vk step with ipw items a warp (8-warp blocks, the planner's launch
-// otherwise) at most k blocks an SM; a warp's items consecutive ("c", as
-// shipped) or interleaved over the block's warps ("i").
+// otherwise) at most k blocks an SM.
 template <typename T>
 void occupancy_vk_row(int sms, int per_sm, int64_t B, int rep) {
   const gdn::DType t = sizeof(T) == 4 ? gdn::DType::kF32 : gdn::DType::kBF16;
   Bed bed(Shape{B, 16, 32, 128, t, Layout::kVK, false});
   const double copy = bed.copy_floor_us();
   constexpr int kP = gdn::cuda::default_tile_param<T, Layout::kVK>();
-  for (int k : {0, 3})
-    for (int m : {0, 2, 3, 4})
-    for (int il : {0, 1}) {
-      gdn::cuda::g_tune_vk_interleave = il != 0;
+  for (int k : {0, 3, 2})
+    for (int m : {0, 1, 2, 3, 4}) {
       const gdn::DecodeParams p0 = bed.params(bed.sets[0]);
       gdn::cuda::Launch g = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(
           p0, sms, g_l2_bytes, gdn::cuda::default_items_per_warp<T, Layout::kVK>());
@@ -622,11 +619,10 @@ void occupancy_vk_row(int sms, int per_sm, int64_t B, int rep) {
       });
       const double us = bed.time_graph(ge, n);
       cudaGraphExecDestroy(ge);
-      std::printf("OVK %d %-6s vk  %4lld cap %d ipw %d%s %9.2f copy %9.2f %7.3f\n", rep, gdn::to_string(t),
-                  (long long)B, k, g.items_per_warp, il ? "i" : "c", us, copy, us / copy);
+      std::printf("OVK %d %-6s vk  %4lld cap %d ipw %d %9.2f copy %9.2f %7.3f\n", rep, gdn::to_string(t),
+                  (long long)B, k, g.items_per_warp, us, copy, us / copy);
     }
   gdn::cuda::g_tune_min_smem = 0;
-  gdn::cuda::g_tune_vk_interleave = false;
 }
 
 void sweep_occupancy(int sms) {
@@ -634,7 +630,7 @@ void sweep_occupancy(int sms) {
     int per_sm = 0;
     GDN_BENCH_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
     for (int rep = 0; rep < 2; ++rep)
-      for (int64_t B : {8, 32, 128, 512}) {
+      for (int64_t B : {32, 128}) {
         occupancy_vk_row<float>(sms, per_sm, B, rep);
         occupancy_vk_row<__nv_bfloat16>(sms, per_sm, B, rep);
       }

@@ -1114,12 +1114,6 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
 
   const int Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
   const int warps = int(blockDim.x / kWarp);
-  // (step) items_per_warp < 0: the block's items interleaved over its warps
-  // (warp w takes items w, w + W, ...), so the warps' items in flight at
-  // once are adjacent (tune_cuda; RESULTS round 22).
-  const bool interleave = !kFused && items_per_warp < 0;
-  if (interleave) items_per_warp = -items_per_warp;
-  const int istep = interleave ? warps : 1;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   // Block coordinates in 32-bit arithmetic by host-prepared divisors (the
   // grid index is below 2^31): blockIdx = (b * Hv + h) * blocks_per_head + blk,
@@ -1178,14 +1172,12 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
     }
     return;
   }
-  int item = kFused      ? (gw - g * warps_per_head) * items_per_warp
-             : interleave ? blk * warps * items_per_warp + warp
-                          : (blk * warps + warp) * items_per_warp;
+  int item = kFused ? (gw - g * warps_per_head) * items_per_warp : (blk * warps + warp) * items_per_warp;
   // Warps past the last item of the head (Dv not a multiple of the block's
   // columns). Fused blocks have none (the launch gives every warp an item),
   // and must not leave early: the group's barriers follow.
   if (!kFused && item >= items_per_head) return;
-  const int item_end = min(items_per_head, interleave ? (blk + 1) * warps * items_per_warp : item + items_per_warp);
+  const int item_end = min(items_per_head, item + items_per_warp);
 
   // ---- where this lane's data lives
   // rows[r]: the Dk index of held row r; cols[c]: the Dv index of held column
@@ -1306,7 +1298,7 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
     for (int o = 0; o < kOuter; ++o)
 #pragma unroll
       for (int c = 0; c < kInner; ++c) s[o][c] = pre[o][c];
-    issue_item(it + istep, 0);
+    issue_item(it + 1, 0);
   };
 #endif
 
@@ -1322,7 +1314,7 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
   auto issue_state = [&] {
 #if GDN_VK_RING
 #pragma unroll
-    for (int st = 0; st < kStages - 1; ++st) issue_item(item + st * istep, st);
+    for (int st = 0; st < kStages - 1; ++st) issue_item(item + st, st);
 #else
     issue_item(item, 0);
 #endif
@@ -1448,12 +1440,12 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
   // ---- 3. the warp's items, the next ones in flight (the ring's kStages - 1,
   // or one in registers) while one computes
   for (int stage = 0;; stage = stage + 1 == kStages ? 0 : stage + 1) {
-    const bool has_next = item + istep < item_end;
+    const bool has_next = item + 1 < item_end;
 #if GDN_VK_RING
-    issue_item(item + (kStages - 1) * istep, stage == 0 ? kStages - 1 : stage - 1);
+    issue_item(item + kStages - 1, stage == 0 ? kStages - 1 : stage - 1);
 #endif
     VLoad v_next;
-    if (has_next) load_v((item + istep) * kColsPerItem, v_next);
+    if (has_next) load_v((item + 1) * kColsPerItem, v_next);
     V s[kOuter][kInner];
     fetch_item(item, stage, s);
     GDN_MARK(5);
@@ -1502,7 +1494,7 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
     }
 
     if (!has_next) break;
-    item += istep;
+    ++item;
     vj = convert_v(v_next);
   }
   GDN_MARK(6);
@@ -2679,7 +2671,6 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
 // so that fewer blocks fit an SM (a diagnostic, compiled out of the library).
 #if defined(GDN_TUNE_HOOKS)
 inline size_t g_tune_min_smem = 0;
-inline bool g_tune_vk_interleave = false;  // vk step: items interleaved over a block's warps
 template <typename K>
 size_t tune_smem(K kernel, size_t smem) {
   if (g_tune_min_smem <= smem) return smem;
@@ -2769,11 +2760,7 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
         const size_t smem = smem_bytes<T, kLayout, kDk, kP>(g.warps_per_block) + fused_smem;
         if constexpr (!kFused) {
           auto launch_step = [&](auto kernel) {
-            return launch_kernel(kernel, blocks, threads, tune_smem(kernel, smem), stream, pdl, 1, g.items_per_head,
-#if defined(GDN_TUNE_HOOKS)
-                                 g_tune_vk_interleave ? -g.items_per_warp :
-#endif
-                                 g.items_per_warp,
+            return launch_kernel(kernel, blocks, threads, tune_smem(kernel, smem), stream, pdl, 1, g.items_per_head, g.items_per_warp,
                                  by_bph, by_hv, by_head_map, g.small_loads_first, kp, scale);
           };
 #if GDN_L2_HINTS
