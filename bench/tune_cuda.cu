@@ -194,11 +194,12 @@ void sweep_skeleton2() {
     }
 }
 
-// "copies": what makes the copy floor's kernel faster than a grid of 16 KiB
-// units (RESULTS round 8: a block a 16 KiB run with plain loads, 64 warps an
-// SM as the copy's, 1.05-1.08x it at B = 32-128). Every form copies the
-// bed's state onto itself with plain 16-byte loads and stores, nothing in
-// shared memory, no barrier:
+// "copies": how far the in-place traffic alone is from the copy floor (a
+// copy into a second buffer, bench_common.cuh), by its form and the blocks
+// an SM (round 8's one 16 KiB run a block with plain loads, 64 warps an SM
+// as the copy's, was 1.05-1.08x it at B = 32-128; RESULTS round 22). Every
+// form copies the bed's state onto itself with plain 16-byte loads and
+// stores, nothing in shared memory, no barrier:
 // - "stride": the floor's kernel (grid stride, kUnroll loads in flight a
 //   thread), its grid k blocks of 256 threads an SM;
 // - "units": 16 KiB units (a run, or a kv tile of 128-byte segments of 128
@@ -539,7 +540,8 @@ void sweep_width(int sms) {
 // memory padded so that at most k blocks fit an SM (k = 0: as shipped),
 // against the same call's copy floor; B = 32 and 128 (RESULTS round 22: an
 // in-place copy ran faster with fewer bytes in flight an SM). Two
-// alternations.
+// alternations. With OCC_KV set: kv with m tiles a block; with OCC_VK: vk
+// with ipw items a warp, B = 8-512.
 template <typename T, Layout L>
 void occupancy_row(int sms, int per_sm, int64_t B, int rep) {
   const gdn::DType t = sizeof(T) == 4 ? gdn::DType::kF32 : gdn::DType::kBF16;
@@ -627,9 +629,9 @@ void occupancy_vk_row(int sms, int per_sm, int64_t B, int rep) {
 }
 
 void sweep_occupancy(int sms) {
+  int per_sm = 0;
+  GDN_BENCH_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
   if (std::getenv("OCC_VK") != nullptr) {
-    int per_sm = 0;
-    GDN_BENCH_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
     for (int rep = 0; rep < 2; ++rep)
       for (int64_t B : {8, 32, 128, 512}) {
         occupancy_vk_row<float>(sms, per_sm, B, rep);
@@ -638,8 +640,6 @@ void sweep_occupancy(int sms) {
     return;
   }
   if (std::getenv("OCC_KV") != nullptr) {
-    int per_sm = 0;
-    GDN_BENCH_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
     for (int rep = 0; rep < 2; ++rep)
       for (int64_t B : {32, 128}) {
         occupancy_kv_row<float>(sms, per_sm, B, rep);
@@ -647,8 +647,6 @@ void sweep_occupancy(int sms) {
       }
     return;
   }
-  int per_sm = 0;
-  GDN_BENCH_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
   for (int rep = 0; rep < 2; ++rep)
     for (int64_t B : {32, 128}) {
       occupancy_row<float, Layout::kKV>(sms, per_sm, B, rep);
@@ -742,7 +740,7 @@ void sweep_pools(int sms) {
 // values a thread holds at small B, at equal state bytes; "pools": what a
 // pool costs by its slots' order and its index's place; "skeleton",
 // "skeleton2" and "skeleton3": the kv step's memory traffic alone;
-// "copies": what makes the copy floor's kernel faster than 16 KiB units;
+// "copies": the in-place traffic alone against the copy floor, by form;
 // "occupancy": the step with at most k blocks an SM); a
 // second one keeps the variants whose name has it. (A kv variant runs the
 // planner's choice, which takes 4-warp tiles in one-round grids: "kv W=8"

@@ -2736,8 +2736,9 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
           } else {
             auto launch_step = [&](auto kernel) {
               return launch_kernel(kernel, blocks, unsigned(KvTile<T, kDk, kW>::kThreads),
-                                   tune_smem(kernel, kv_step_smem_bytes<T, kDk, kW>()), stream, pdl, 1, g.items_per_head,
-                                   g.items_per_warp, by_bph, by_hv, by_head_map, g.small_loads_first, kp, scale);
+                                   tune_smem(kernel, kv_step_smem_bytes<T, kDk, kW>()), stream, pdl, 1,
+                                   g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map,
+                                   g.small_loads_first, kp, scale);
             };
 #if GDN_L2_HINTS
             constexpr int kHints = step_l2_hints<T, kLayout, kDk, kW>();
@@ -2760,8 +2761,8 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
         const size_t smem = smem_bytes<T, kLayout, kDk, kP>(g.warps_per_block) + fused_smem;
         if constexpr (!kFused) {
           auto launch_step = [&](auto kernel) {
-            return launch_kernel(kernel, blocks, threads, tune_smem(kernel, smem), stream, pdl, 1, g.items_per_head, g.items_per_warp,
-                                 by_bph, by_hv, by_head_map, g.small_loads_first, kp, scale);
+            return launch_kernel(kernel, blocks, threads, tune_smem(kernel, smem), stream, pdl, 1, g.items_per_head,
+                                 g.items_per_warp, by_bph, by_hv, by_head_map, g.small_loads_first, kp, scale);
           };
 #if GDN_L2_HINTS
           if (g.l2_hints != 0)
