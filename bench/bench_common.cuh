@@ -29,11 +29,12 @@ __global__ void fill_pool(T* x, int64_t n, uint32_t seed) {
   }
 }
 
-// The copy floor's streaming copy in 16-byte vectors, several loads in flight
-// per thread, grid-stride. No __restrict__: the in-place floor passes
-// src == dst (each thread loads its vectors before it stores them).
+// The copy floor's streaming copy in 16-byte vectors, kUnroll loads in
+// flight per thread (the floor's: 4), grid-stride. No __restrict__: the
+// in-place floor passes src == dst (each thread loads its vectors before it
+// stores them).
+template <int kUnroll = 4>
 __global__ void copy_kernel(const uint4* src, uint4* dst, int64_t n) {
-  constexpr int kUnroll = 4;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   for (; i + (kUnroll - 1) * stride < n; i += kUnroll * stride) {
@@ -256,7 +257,7 @@ struct Bed {
       const double t_memcpy = time_graph(g, n);
       cudaGraphExecDestroy(g);
       g = capture(n, [&](const Set& cur, const Set&) {
-        copy_kernel<<<blocks, 256, 0, stream>>>(static_cast<const uint4*>(cur.state), static_cast<uint4*>(dst(cur)),
+        copy_kernel<4><<<blocks, 256, 0, stream>>>(static_cast<const uint4*>(cur.state), static_cast<uint4*>(dst(cur)),
                                                 vecs);
       });
       const double t_kernel = time_graph(g, n);
@@ -266,7 +267,7 @@ struct Bed {
     const double rotating = time_copies([](const Set& cur) { return cur.copy_dst; });
     const double warm = time_copies([&](const Set&) { return scratch; });
     cudaGraphExec_t g = capture(n, [&](const Set& cur, const Set&) {
-      copy_kernel<<<blocks, 256, 0, stream>>>(static_cast<const uint4*>(cur.state), static_cast<uint4*>(cur.state),
+      copy_kernel<4><<<blocks, 256, 0, stream>>>(static_cast<const uint4*>(cur.state), static_cast<uint4*>(cur.state),
                                               vecs);
     });
     const double in_place = time_graph(g, n);

@@ -200,27 +200,13 @@ void sweep_skeleton2() {
 // as the copy's, was 1.05-1.08x it at B = 32-128; RESULTS round 22). Every
 // form copies the bed's state onto itself with plain 16-byte loads and
 // stores, nothing in shared memory, no barrier:
-// - "stride": the floor's kernel (grid stride, kUnroll loads in flight a
-//   thread), its grid k blocks of 256 threads an SM;
+// - "stride": the floor's kernel (copy_kernel: grid stride, 4 or 8 loads
+//   in flight a thread), its grid k blocks of 256 threads an SM;
 // - "units": 16 KiB units (a run, or a kv tile of 128-byte segments of 128
 //   rows) taken by k persistent blocks an SM in grid-stride order of units;
 // - "blocks": one unit a block (the step's grid), at most k blocks an SM
 //   (shared memory padded so no more fit).
 // Each thread loads its 4 vectors of a unit, then stores them.
-template <int kUnroll>
-__global__ void __launch_bounds__(256) copies_stride_kernel(const uint4* src, uint4* dst, int64_t n) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  for (; i + (kUnroll - 1) * stride < n; i += kUnroll * stride) {
-    uint4 x[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) x[u] = src[i + u * stride];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) dst[i + u * stride] = x[u];
-  }
-  for (; i < n; i += stride) dst[i] = src[i];
-}
-
 __global__ void __launch_bounds__(256) copies_units_kernel(const char* src, char* dst, int units, int row_bytes,
                                                            bool tiles, bool persistent) {
   const int tid = int(threadIdx.x), chunk = tid % 8, rg = tid / 8;
@@ -266,10 +252,10 @@ void sweep_copies(int sms) {
         for (int k : {8, 4, 2, 1}) {
           const unsigned grid = unsigned(k * sms);
           copies_time(bed, "stride", k, 4, copy, [&](const Set& c) {
-            copies_stride_kernel<4><<<grid, 256, 0, bed.stream>>>(st(c), st(c), vecs);
+            copy_kernel<4><<<grid, 256, 0, bed.stream>>>(st(c), st(c), vecs);
           });
           copies_time(bed, "stride", k, 8, copy, [&](const Set& c) {
-            copies_stride_kernel<8><<<grid, 256, 0, bed.stream>>>(st(c), st(c), vecs);
+            copy_kernel<8><<<grid, 256, 0, bed.stream>>>(st(c), st(c), vecs);
           });
         }
         for (bool tiles : {false, true})
@@ -562,6 +548,19 @@ void occupancy_row(int sms, int per_sm, int64_t B, int rep) {
   gdn::cuda::g_tune_min_smem = 0;
 }
 
+// One call of the step with launch g, timed by the protocol (µs).
+template <typename T, Layout L>
+double time_launch(Bed& bed, const gdn::cuda::Launch& g) {
+  const int n = bed.calls();
+  cudaGraphExec_t ge = bed.capture(n, [&](const Set& cur, const Set&) {
+    GDN_BENCH_CHECK((gdn::cuda::launch_decode<T, L, 128, gdn::cuda::default_tile_param<T, L>()>(bed.params(cur), g,
+                                                                                                bed.stream)));
+  });
+  const double us = bed.time_graph(ge, n);
+  cudaGraphExecDestroy(ge);
+  return us;
+}
+
 // The kv step with m tiles a block (the planner's launch otherwise) at
 // most k blocks an SM.
 template <typename T>
@@ -579,12 +578,7 @@ void occupancy_kv_row(int sms, int per_sm, int64_t B, int rep) {
       g.blocks_per_head = (g.items_per_head + m - 1) / m;
       g.small_loads_first = false;
       gdn::cuda::g_tune_min_smem = k == 0 ? 0 : size_t(per_sm) / size_t(k + 1) + 1;
-      const int n = bed.calls();
-      cudaGraphExec_t ge = bed.capture(n, [&](const Set& cur, const Set&) {
-        GDN_BENCH_CHECK((gdn::cuda::launch_decode<T, Layout::kKV, 128, kP>(bed.params(cur), g, bed.stream)));
-      });
-      const double us = bed.time_graph(ge, n);
-      cudaGraphExecDestroy(ge);
+      const double us = time_launch<T, Layout::kKV>(bed, g);
       std::printf("OKV %d %-6s kv  %4lld cap %d tiles %d %9.2f copy %9.2f %7.3f\n", rep, gdn::to_string(t),
                   (long long)B, k, m, us, copy, us / copy);
     }
@@ -616,12 +610,7 @@ void occupancy_vk_row(int sms, int per_sm, int64_t B, int rep) {
         g.small_loads_first = false;
       }
       gdn::cuda::g_tune_min_smem = k == 0 ? 0 : size_t(per_sm) / size_t(k + 1) + 1;
-      const int n = bed.calls();
-      cudaGraphExec_t ge = bed.capture(n, [&](const Set& cur, const Set&) {
-        GDN_BENCH_CHECK((gdn::cuda::launch_decode<T, Layout::kVK, 128, kP>(bed.params(cur), g, bed.stream)));
-      });
-      const double us = bed.time_graph(ge, n);
-      cudaGraphExecDestroy(ge);
+      const double us = time_launch<T, Layout::kVK>(bed, g);
       std::printf("OVK %d %-6s vk  %4lld cap %d ipw %d %9.2f copy %9.2f %7.3f\n", rep, gdn::to_string(t),
                   (long long)B, k, g.items_per_warp, us, copy, us / copy);
     }
