@@ -33,7 +33,7 @@ __global__ void fill_pool(T* x, int64_t n, uint32_t seed) {
 // flight per thread (the floor's: 4), grid-stride. No __restrict__: the
 // in-place floor passes src == dst (each thread loads its vectors before it
 // stores them).
-template <int kUnroll = 4>
+template <int kUnroll>
 __global__ void copy_kernel(const uint4* src, uint4* dst, int64_t n) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -257,8 +257,8 @@ struct Bed {
       const double t_memcpy = time_graph(g, n);
       cudaGraphExecDestroy(g);
       g = capture(n, [&](const Set& cur, const Set&) {
-        copy_kernel<4><<<blocks, 256, 0, stream>>>(static_cast<const uint4*>(cur.state), static_cast<uint4*>(dst(cur)),
-                                                vecs);
+        copy_kernel<4><<<blocks, 256, 0, stream>>>(static_cast<const uint4*>(cur.state),
+                                                   static_cast<uint4*>(dst(cur)), vecs);
       });
       const double t_kernel = time_graph(g, n);
       cudaGraphExecDestroy(g);
@@ -267,8 +267,8 @@ struct Bed {
     const double rotating = time_copies([](const Set& cur) { return cur.copy_dst; });
     const double warm = time_copies([&](const Set&) { return scratch; });
     cudaGraphExec_t g = capture(n, [&](const Set& cur, const Set&) {
-      copy_kernel<4><<<blocks, 256, 0, stream>>>(static_cast<const uint4*>(cur.state), static_cast<uint4*>(cur.state),
-                                              vecs);
+      copy_kernel<4><<<blocks, 256, 0, stream>>>(static_cast<const uint4*>(cur.state),
+                                                 static_cast<uint4*>(cur.state), vecs);
     });
     const double in_place = time_graph(g, n);
     cudaGraphExecDestroy(g);

@@ -236,10 +236,10 @@ void copies_time(Bed& bed, const char* form, int k, int unroll, double copy, Lau
 }
 
 void sweep_copies(int sms) {
-  int per_sm = 0;
+  int per_sm = 0, optin = 0;
   GDN_BENCH_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
-  GDN_BENCH_CHECK(cudaFuncSetAttribute(&copies_units_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       per_sm - 2048));
+  GDN_BENCH_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+  GDN_BENCH_CHECK(cudaFuncSetAttribute(&copies_units_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
   for (int rep = 0; rep < 2; ++rep)
     for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
       for (int64_t B : {32, 128}) {
