@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -42,9 +43,18 @@ struct FusedBed {
   void* y{nullptr};      // separate stages: the conv output
   void* o_raw{nullptr};  // separate stages: the step's output before the norm
   // the upstream stand-in: the in_proj weight bytes at B = 1 (hidden 2048 x
-  // (conv_dim + Hv*Dv z + 2*Hv a, b) in bf16)
-  void* proj_weight{nullptr};
+  // (conv_dim + Hv*Dv z + 2*Hv a, b) in bf16: 48 MiB), cold at every call
+  // as a model's are (each layer has its own): rotating buffers, as many
+  // as keep more than twice the L2 between two uses of one, their count a
+  // divisor of the sets' so that the rotation holds across a graph's wrap.
+  // (One buffer for every call, as before 2026-12-02, stayed partly in the
+  // H200's 60 MiB L2, and by how much depended on what ran before: the
+  // stand-in alone took 13.9 or 15.2-15.7 us a call in the same process.)
+  std::vector<void*> proj_weights;
   size_t proj_bytes{0};
+  const uint4* proj_weight(const Set& st) const {
+    return static_cast<const uint4*>(proj_weights[index_of(st) % proj_weights.size()]);
+  }
 
   explicit FusedBed(const Shape& s) : bed(s) {
     const int64_t cdim = bed.conv_dim, B = s.B;
@@ -71,8 +81,16 @@ struct FusedBed {
     GDN_BENCH_CHECK(cudaMalloc(&y, size_t(B * cdim) * 2));
     GDN_BENCH_CHECK(cudaMalloc(&o_raw, size_t(B * s.hv * s.d) * 2));
     proj_bytes = size_t(2048) * size_t(cdim + int64_t(s.hv) * s.d + 2 * s.hv) * 2;
-    GDN_BENCH_CHECK(cudaMalloc(&proj_weight, proj_bytes));
-    GDN_BENCH_CHECK(cudaMemset(proj_weight, 0, proj_bytes));
+    int l2 = 0;
+    GDN_BENCH_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+    size_t n_proj = 2 + 2 * size_t(l2) / proj_bytes;
+    while (bed.sets.size() % n_proj != 0) ++n_proj;
+    for (size_t i = 0; i < n_proj; ++i) {
+      void* w = nullptr;
+      GDN_BENCH_CHECK(cudaMalloc(&w, proj_bytes));
+      GDN_BENCH_CHECK(cudaMemset(w, 0, proj_bytes));
+      proj_weights.push_back(w);
+    }
   }
   ~FusedBed() {
     for (void* p : conv_state) cudaFree(p);
@@ -82,9 +100,17 @@ struct FusedBed {
     cudaFree(norm_weight);
     cudaFree(y);
     cudaFree(o_raw);
-    cudaFree(proj_weight);
+    for (void* w : proj_weights) cudaFree(w);
   }
   size_t index_of(const Set& st) const { return size_t(&st - bed.sets.data()); }
+  // The upstream stand-in before set st's call: blocks of 512 threads
+  // stream its weights and write the row's x (q|k|v) and z; with `trace`,
+  // each block's start and end (`trace pdl`).
+  void upstream(const Set& st, int blocks, unsigned long long* trace = nullptr) const {
+    launch_projection_standin(proj_weight(st), int64_t(proj_bytes / 16), static_cast<bf16*>(st.qkv),
+                              bed.s.B * bed.conv_dim, static_cast<bf16*>(z[index_of(st)]), bed.s.B * bed.s.hv * bed.s.d,
+                              blocks, bed.stream, trace);
+  }
 
   // The fused middle on set st (conv and norm as asked).
   gdn::DecodeParams fused(const Set& st, bool conv, bool norm) const {
@@ -113,9 +139,11 @@ std::string label(const Shape& s) {
   return buf;
 }
 
+// µs per call of a graph of `mult` times the protocol's calls (the sets
+// rotating as in every graph: each set's bytes still cold when it recurs).
 template <typename Enqueue>
-double time_calls(FusedBed& fb, Enqueue&& enqueue) {
-  const int n = fb.bed.calls();
+double time_calls(FusedBed& fb, Enqueue&& enqueue, int mult = 1) {
+  const int n = fb.bed.calls() * mult;
   cudaGraphExec_t g = fb.bed.capture(n, [&](const Set& cur, const Set& next) { enqueue(cur, next); });
   const double us = fb.bed.time_graph(g, n);
   cudaGraphExecDestroy(g);
@@ -137,6 +165,9 @@ std::vector<Row> g_rows;
 struct PdlRow {
   std::string name, what, upstream_carveout;
   double upstream, without, with;
+  // a call's cost in a long graph: the slope of graph time over calls
+  // (graphs of n and 2 n calls), free of the graph's own launch and drain
+  double without_steady, with_steady;
 };
 std::vector<PdlRow> g_pdl;
 
@@ -184,32 +215,73 @@ void BM_Pdl(benchmark::State& st, Shape shape, bool middle, int up_carveout) {
   GDN_BENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   GDN_BENCH_CHECK(
       cudaFuncSetAttribute(projection_standin_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, up_carveout));
-  const int64_t vecs = int64_t(fb.proj_bytes / 16);
-  auto upstream = [&](const Set& cur) {
-    const size_t i = fb.index_of(cur);
-    launch_projection_standin(static_cast<const uint4*>(fb.proj_weight), vecs, static_cast<bf16*>(cur.qkv),
-                              fb.bed.s.B * fb.bed.conv_dim, static_cast<bf16*>(fb.z[i]),
-                              fb.bed.s.B * fb.bed.s.hv * fb.bed.s.d, 2 * sms, fb.bed.stream);
+  auto upstream = [&](const Set& cur) { fb.upstream(cur, 2 * sms); };
+  double up = 0, without = 0, with = 0, without_steady = 0, with_steady = 0;
+  auto plain = [&](const Set& cur, const Set&) {
+    upstream(cur);
+    check(gdn::decode(fb.fused(cur, middle, middle), gdn::Backend::kCuda));
   };
-  double up = 0, without = 0, with = 0;
+  auto programmatic = [&](const Set& cur, const Set&) {
+    upstream(cur);
+    gdn::DecodeParams p = fb.fused(cur, middle, middle);
+    p.programmatic_launch = true;
+    check(gdn::decode(p, gdn::Backend::kCuda));
+  };
   for (auto _ : st) {
     up = time_calls(fb, [&](const Set& cur, const Set&) { upstream(cur); });
-    without = time_calls(fb, [&](const Set& cur, const Set&) {
-      upstream(cur);
-      check(gdn::decode(fb.fused(cur, middle, middle), gdn::Backend::kCuda));
-    });
-    with = time_calls(fb, [&](const Set& cur, const Set&) {
-      upstream(cur);
-      gdn::DecodeParams p = fb.fused(cur, middle, middle);
-      p.programmatic_launch = true;
-      check(gdn::decode(p, gdn::Backend::kCuda));
-    });
+    without = time_calls(fb, plain);
+    with = time_calls(fb, programmatic);
+    // slope: (2 n us_2n - n us_n) / n
+    without_steady = 2 * time_calls(fb, plain, 2) - without;
+    with_steady = 2 * time_calls(fb, programmatic, 2) - with;
     st.SetIterationTime(with * 1e-6);
   }
   st.counters["without_us"] = without;
   st.counters["gain_us"] = without - with;
   g_pdl.push_back({label(shape), middle ? "middle" : "step", up_carveout < 0 ? "default" : "all shared", up,
-                   without, with});
+                   without, with, without_steady, with_steady});
+}
+
+// `bench_fused graphlen`: whether a call's time depends on how many calls
+// the graph holds. Per call of graphs of n, 2 n and 4 n calls (n the
+// protocol's, the sets rotating as always), and the slopes between them
+// (the cost of one more call in a longer graph): the copy floor's kernel
+// into the set's own destination, the step alone, and the upstream
+// stand-in (default carveout) followed by the step without and with PDL.
+void graph_length(const Shape& shape) {
+  FusedBed fb(shape);
+  int sms = 0;
+  GDN_BENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  GDN_BENCH_CHECK(cudaFuncSetAttribute(projection_standin_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, -1));
+  const int64_t vecs = int64_t(fb.bed.state_bytes / 16);
+  const unsigned blocks = unsigned(std::min<int64_t>((vecs + 255) / 256, int64_t(sms) * 8));
+  auto copy = [&](const Set& cur, const Set&) {
+    copy_kernel<4><<<blocks, 256, 0, fb.bed.stream>>>(static_cast<const uint4*>(cur.state),
+                                                      static_cast<uint4*>(cur.copy_dst), vecs);
+  };
+  auto step = [&](const Set& cur, const Set&) { check(gdn::decode(fb.bed.params(cur), gdn::Backend::kCuda)); };
+  auto behind = [&](bool pdl) {
+    return [&, pdl](const Set& cur, const Set&) {
+      fb.upstream(cur, 2 * sms);
+      gdn::DecodeParams p = fb.bed.params(cur);
+      p.programmatic_launch = pdl;
+      check(gdn::decode(p, gdn::Backend::kCuda));
+    };
+  };
+  auto row = [&](const char* what, auto&& enqueue) {
+    const double u1 = time_calls(fb, enqueue, 1), u2 = time_calls(fb, enqueue, 2), u4 = time_calls(fb, enqueue, 4);
+    std::printf("%-16s %-18s n %3d: %8.2f %8.2f %8.2f us/call at n, 2n, 4n calls; slope n->2n %8.2f, 2n->4n %8.2f\n",
+                label(shape).c_str(), what, fb.bed.calls(), u1, u2, u4, 2 * u2 - u1, 2 * u4 - u2);
+  };
+  auto up_alone = [&](const Set& cur, const Set&) { fb.upstream(cur, 2 * sms); };
+  row("copy floor kernel", copy);
+  row("step", step);
+  row("upstream + step", behind(false));
+  row("upstream + step PDL", behind(true));
+  row("upstream + step", behind(false));
+  row("upstream alone", up_alone);
+  row("upstream + step", behind(false));
+  row("upstream + step PDL", behind(true));
 }
 
 #if defined(GDN_TRACE)
@@ -458,7 +530,12 @@ void trace_calls(const Shape& s, bool copy, bool tail = false, size_t max_blocks
 // back in a graph. Per call: where the kernel's blocks ran (distinct SMs,
 // most blocks on one SM), when its first block started and its last ended
 // relative to the upstream's last block end, and its blocks' durations
-// (entry to end; all of them, those alone on their SM, those sharing it).
+// (entry to end; all of them, those alone on their SM, those sharing it);
+// the upstream's own span (first block start to last block end), how long
+// after our last block's end the next call's upstream starts, and a call's
+// period inside the graph (upstream start to the next one's: the us/call
+// printed is the graph's replay time over its calls, the graph's launch and
+// drain included).
 // up_carveout: the upstream's preferred shared-memory carveout (-1: the
 // driver's default; 100: all shared).
 void trace_pdl(const Shape& s, bool pdl, int up_carveout, bool middle) {
@@ -472,15 +549,10 @@ void trace_pdl(const Shape& s, bool pdl, int up_carveout, bool middle) {
   const int up_blocks = 2 * sms;
   unsigned long long *buf = nullptr, *ubuf = nullptr;
   GDN_BENCH_CHECK(cudaMalloc(&buf, n * per_call * 8));
-  GDN_BENCH_CHECK(cudaMalloc(&ubuf, size_t(n) * up_blocks * 8));
-  const int64_t vecs = int64_t(fb.proj_bytes / 16);
+  GDN_BENCH_CHECK(cudaMalloc(&ubuf, size_t(n) * up_blocks * 2 * 8));
   int c = 0;
   cudaGraphExec_t g = fb.bed.capture(n, [&](const Set& cur, const Set&) {
-    const size_t i = fb.index_of(cur);
-    launch_projection_standin(static_cast<const uint4*>(fb.proj_weight), vecs, static_cast<bf16*>(cur.qkv),
-                              fb.bed.s.B * fb.bed.conv_dim, static_cast<bf16*>(fb.z[i]),
-                              fb.bed.s.B * fb.bed.s.hv * fb.bed.s.d, up_blocks, fb.bed.stream,
-                              ubuf + size_t(c) * up_blocks);
+    fb.upstream(cur, up_blocks, ubuf + size_t(c) * up_blocks * 2);
     gdn::DecodeParams p = fb.fused(cur, middle, middle);
     p.programmatic_launch = pdl;
     p.invalid_index_count = reinterpret_cast<uint32_t*>(buf + size_t(c) * per_call);
@@ -489,17 +561,31 @@ void trace_pdl(const Shape& s, bool pdl, int up_carveout, bool middle) {
   });
   double us = 0;
   const std::vector<unsigned long long> h = replay_traced(fb, g, n, buf, n * per_call, &us);
-  std::vector<unsigned long long> u(size_t(n) * up_blocks);  // every block writes its end
+  std::vector<unsigned long long> u(size_t(n) * up_blocks * 2);  // every block writes its start and end
   GDN_BENCH_CHECK(cudaMemcpy(u.data(), ubuf, u.size() * 8, cudaMemcpyDeviceToHost));
   cudaFree(buf);
   cudaFree(ubuf);
-  std::vector<double> sm_used, sm_max, first, last, dur, up_span, dur_alone, dur_shared;
-  for (int i = 0; i < n; ++i) {
-    unsigned long long up_end = 0, up_first_end = ~0ull;
+  std::vector<double> sm_used, sm_max, first, last, dur, up_span, dur_alone, dur_shared, up_run, next_up, period;
+  // the upstream of call i: first block start, first and last block end
+  auto up_times = [&](int i, unsigned long long& start, unsigned long long& first_end, unsigned long long& end) {
+    start = ~0ull, first_end = ~0ull, end = 0;
     for (int b = 0; b < up_blocks; ++b) {
-      up_end = std::max(up_end, u[size_t(i) * up_blocks + b]);
-      up_first_end = std::min(up_first_end, u[size_t(i) * up_blocks + b]);
+      start = std::min(start, u[(size_t(i) * up_blocks + b) * 2]);
+      first_end = std::min(first_end, u[(size_t(i) * up_blocks + b) * 2 + 1]);
+      end = std::max(end, u[(size_t(i) * up_blocks + b) * 2 + 1]);
     }
+  };
+  // a call's mean period in the graph: first upstream start to last upstream start
+  double mean_period = 0;
+  if (n > 1) {
+    unsigned long long s0, s1, fe, e;
+    up_times(0, s0, fe, e);
+    up_times(n - 1, s1, fe, e);
+    mean_period = double(s1 - s0) / (n - 1);
+  }
+  for (int i = 0; i < n; ++i) {
+    unsigned long long up_start, up_first_end, up_end;
+    up_times(i, up_start, up_first_end, up_end);
     std::vector<int> per_sm(1024, 0);
     double f = 1e30, l = -1e30;
     std::vector<double> d;
@@ -527,6 +613,13 @@ void trace_pdl(const Shape& s, bool pdl, int up_carveout, bool middle) {
     first.push_back(f);
     last.push_back(l);
     up_span.push_back(double(up_end - up_first_end));
+    up_run.push_back(double(up_end - up_start));
+    if (i + 1 < n) {  // the next call's upstream: its first block's start after our last block's end
+      unsigned long long s2, fe2, e2;
+      up_times(i + 1, s2, fe2, e2);
+      next_up.push_back(double(s2) - double(up_end) - l);
+      period.push_back(double(s2) - double(up_start));
+    }
   }
   auto med = [](std::vector<double> v) {
     if (v.empty()) return 0.0;
@@ -536,9 +629,12 @@ void trace_pdl(const Shape& s, bool pdl, int up_carveout, bool middle) {
   std::printf("%-16s %-6s pdl %d up-carveout %4d: %6.2f us/call (upstream + it); its blocks on %3.0f SMs, "
               "at most %2.0f on one; first start %6.0f ns, last end %6.0f ns after the upstream's last block end "
               "(upstream blocks end over %5.0f ns); block duration median %5.0f ns (alone on its SM %5.0f, %zu blocks; "
-              "sharing it %5.0f, %zu)\n",
+              "sharing it %5.0f, %zu); upstream first start to last end %5.0f ns; next upstream starts %5.0f ns "
+              "after our last block end; a call in the graph %5.0f ns (median of upstream start to the next's, "
+              "%zu calls; mean %5.0f)\n",
               label(s).c_str(), middle ? "middle" : "step", int(pdl), up_carveout, us, med(sm_used), med(sm_max), med(first), med(last),
-              med(up_span), med(dur), med(dur_alone), dur_alone.size(), med(dur_shared), dur_shared.size());
+              med(up_span), med(dur), med(dur_alone), dur_alone.size(), med(dur_shared), dur_shared.size(), med(up_run),
+              med(next_up), med(period), period.size(), mean_period);
 }
 #endif
 
@@ -609,6 +705,17 @@ int main(int argc, char** argv) {
     std::printf("bench_fused: no CUDA device\n");
     return 0;
   }
+  // (diagnostic: GDN_BENCH_PAD_MIB=m allocates m MiB before any bed, so that
+  // every buffer lands elsewhere in device memory)
+  void* pad = nullptr;
+  if (const char* m = std::getenv("GDN_BENCH_PAD_MIB")) GDN_BENCH_CHECK(cudaMalloc(&pad, size_t(std::atoi(m)) << 20));
+  if (argc > 1 && std::string(argv[1]) == "graphlen") {
+    for (int64_t B : {1, 8})
+      for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
+        for (gdn::Layout l : {gdn::Layout::kVK, gdn::Layout::kKV})
+          if (B == 1 || argc < 3) graph_length(Shape{B, 16, 32, 128, t, l, false});
+    return 0;
+  }
   for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
     for (gdn::Layout l : {gdn::Layout::kVK, gdn::Layout::kKV})
       for (int64_t B : {1, 8, 64}) {
@@ -636,11 +743,14 @@ int main(int argc, char** argv) {
     std::printf("%-16s %9.2f %9.2f %9.2f %9.2f %9.2f %11.3f %11.3f\n", r.name.c_str(), r.step, r.fused, r.conv_only,
                 r.norm_only, r.separate, r.fused / r.step, r.separate / r.fused);
   std::printf("\nPDL: upstream stand-in (in_proj weight bytes at B = 1) then the fused middle or the step, µs per "
-              "layer call; the upstream's shared-memory carveout all shared (as a GEMM's) or the driver's default\n");
-  std::printf("%-16s %-7s %-11s %9s %9s %9s %9s\n", "shape", "kernel", "carveout", "upstream", "no PDL", "PDL",
-              "gain");
+              "layer call; the upstream's shared-memory carveout all shared (as a GEMM's) or the driver's default. "
+              "Per call of a graph of n calls (the protocol), and in a long graph (steady: the slope between graphs "
+              "of n and 2 n calls)\n");
+  std::printf("%-16s %-7s %-11s %9s %9s %9s %9s %13s %10s %12s\n", "shape", "kernel", "carveout", "upstream", "no PDL",
+              "PDL", "gain", "no PDL steady", "PDL steady", "steady gain");
   for (const PdlRow& r : g_pdl)
-    std::printf("%-16s %-7s %-11s %9.2f %9.2f %9.2f %9.2f\n", r.name.c_str(), r.what.c_str(),
-                r.upstream_carveout.c_str(), r.upstream, r.without, r.with, r.without - r.with);
+    std::printf("%-16s %-7s %-11s %9.2f %9.2f %9.2f %9.2f %13.2f %10.2f %12.2f\n", r.name.c_str(), r.what.c_str(),
+                r.upstream_carveout.c_str(), r.upstream, r.without, r.with, r.without - r.with, r.without_steady,
+                r.with_steady, r.without_steady - r.with_steady);
   return 0;
 }

@@ -72,6 +72,12 @@ inline void launch_gated_rmsnorm(const bf16* o, const bf16* z, const bf16* w, bf
 __global__ void projection_standin_kernel(const uint4* weight, int64_t vecs, bf16* x, int64_t nx, bf16* z,
                                           int64_t nz, unsigned long long* trace) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  // bench_fused's `trace pdl`: each block's start and end on the global timer.
+  if (trace != nullptr && threadIdx.x == 0) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+    trace[2 * blockIdx.x] = t;
+  }
   unsigned acc = 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < vecs; i += stride) {
     const uint4 v = __ldcs(weight + i);
@@ -88,11 +94,10 @@ __global__ void projection_standin_kernel(const uint4* weight, int64_t vecs, bf1
     x[i] = __float2bfloat16(f * float((i % 7) - 3));
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < nz; i += stride)
     z[i] = __float2bfloat16(f * float((i % 5) - 2));
-  // bench_fused's `trace pdl`: each block's end on the global timer.
   if (trace != nullptr && threadIdx.x == 0) {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-    trace[blockIdx.x] = t;
+    trace[2 * blockIdx.x + 1] = t;
   }
 }
 

@@ -2684,8 +2684,38 @@ constexpr size_t tune_smem(K, size_t smem) {
 }
 #endif
 
+#if defined(GDN_TRACE)
+// (diagnostic builds, for A/B: GDN_PDL_LATE=1 keeps a programmatic launch
+// but has the kernel take the path of a plain one, every load after its
+// wait; GDN_STATE_FIRST=1 launches plainly but has the kernel take the
+// programmatic path, the state's loads first, its wait a no-op)
+inline thread_local bool g_trace_pdl_late = false;
+#endif
+
 template <typename T, Layout kLayout, int kDk, int kP>
 cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t stream) {
+#if defined(GDN_TRACE)
+  if (p.programmatic_launch && !g_trace_pdl_late && std::getenv("GDN_PDL_LATE") != nullptr) {
+    DecodeParams q = p;
+    q.programmatic_launch = false;
+    g_trace_pdl_late = true;
+    const cudaError_t e = launch_decode<T, kLayout, kDk, kP>(q, g, stream);
+    g_trace_pdl_late = false;
+    return e;
+  }
+  if (!p.programmatic_launch && !g_trace_pdl_late && std::getenv("GDN_STATE_FIRST") != nullptr) {
+    DecodeParams q = p;
+    q.programmatic_launch = true;
+    g_trace_pdl_late = true;  // (the flag then keeps the launch plain)
+    const cudaError_t e = launch_decode<T, kLayout, kDk, kP>(q, g, stream);
+    g_trace_pdl_late = false;
+    return e;
+  }
+  const bool force_pdl = g_trace_pdl_late && !p.programmatic_launch;
+  const bool force_plain = g_trace_pdl_late && p.programmatic_launch;
+#else
+  constexpr bool force_pdl = false, force_plain = false;
+#endif
   const KernelParams kp = kernel_params(p);
   const float scale = effective_scale(p);
   const FastDiv by_head_map(unsigned(p.head_map == HeadMap::kInterleaved ? p.num_v_heads / p.num_k_heads
@@ -2711,7 +2741,7 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
         fused_ready<T, kLayout, kDk, kP, IO>();
       else
         resident_warps_per_sm<T, kLayout, kDk, kP, IO>();  // once: the shared-memory limit is raised
-      const bool pdl = p.programmatic_launch && sm90_capable<T, kLayout, kDk, kP, IO, kFused>();
+      const bool pdl = (p.programmatic_launch || force_pdl) && !force_plain && sm90_capable<T, kLayout, kDk, kP, IO, kFused>();
       const size_t fused_smem = kFused ? fused_smem_bytes(g.group_heads, p.head_dim_k, p.head_dim_v, g.cluster > 1) : 0;
       if constexpr (kLayout == Layout::kKV) {
         // The tile of kW warps: kP, or (step) kKvSmallW where the plan chose it.
