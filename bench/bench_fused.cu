@@ -46,7 +46,8 @@ struct FusedBed {
   // (conv_dim + Hv*Dv z + 2*Hv a, b) in bf16: 48 MiB), cold at every call
   // as a model's are (each layer has its own): rotating buffers, as many
   // as keep more than twice the L2 between two uses of one, their count a
-  // divisor of the sets' so that the rotation holds across a graph's wrap.
+  // divisor of the sets' so that the rotation holds across a graph's wrap
+  // (with few sets, large B, one a set).
   // (One buffer for every call, as before 2026-12-02, stayed partly in the
   // H200's 60 MiB L2, and by how much depended on what ran before: the
   // stand-in alone took 13.9 or 15.2-15.7 us a call in the same process.)
@@ -84,7 +85,10 @@ struct FusedBed {
     int l2 = 0;
     GDN_BENCH_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
     size_t n_proj = 2 + 2 * size_t(l2) / proj_bytes;
-    while (bed.sets.size() % n_proj != 0) ++n_proj;
+    if (bed.sets.size() <= n_proj)
+      n_proj = bed.sets.size();  // one a set: the sets' states, past twice the L2, pass between two uses
+    else
+      while (bed.sets.size() % n_proj != 0) ++n_proj;  // ends at the sets' count at the latest
     for (size_t i = 0; i < n_proj; ++i) {
       void* w = nullptr;
       GDN_BENCH_CHECK(cudaMalloc(&w, proj_bytes));
