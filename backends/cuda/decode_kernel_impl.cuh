@@ -2741,7 +2741,8 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
         fused_ready<T, kLayout, kDk, kP, IO>();
       else
         resident_warps_per_sm<T, kLayout, kDk, kP, IO>();  // once: the shared-memory limit is raised
-      const bool pdl = (p.programmatic_launch || force_pdl) && !force_plain && sm90_capable<T, kLayout, kDk, kP, IO, kFused>();
+      const bool pdl =
+          (p.programmatic_launch || force_pdl) && !force_plain && sm90_capable<T, kLayout, kDk, kP, IO, kFused>();
       const size_t fused_smem = kFused ? fused_smem_bytes(g.group_heads, p.head_dim_k, p.head_dim_v, g.cluster > 1) : 0;
       if constexpr (kLayout == Layout::kKV) {
         // The tile of kW warps: kP, or (step) kKvSmallW where the plan chose it.
