@@ -86,7 +86,7 @@ struct FusedBed {
     GDN_BENCH_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
     size_t n_proj = 2 + 2 * size_t(l2) / proj_bytes;
     if (bed.sets.size() <= n_proj)
-      n_proj = bed.sets.size();  // one a set: the sets' states, past twice the L2, pass between two uses
+      n_proj = bed.sets.size();  // one a set (large B, whose sets are few and large; no stand-in row uses one)
     else
       while (bed.sets.size() % n_proj != 0) ++n_proj;  // ends at the sets' count at the latest
     for (size_t i = 0; i < n_proj; ++i) {
