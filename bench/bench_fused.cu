@@ -32,14 +32,14 @@ using namespace gdn_bench;
 
 constexpr int kConvWidth = 4;
 
-// The bed plus what the fused middle touches per set: the conv state pool
-// and z (x is the set's packed row); weights shared by every set.
+// The bed plus what the fused middle touches per set: the conv state pool,
+// z (x is the set's packed row) and the layer's weights (conv weight and
+// bias, norm weight): each set's own, cold at every call as a layer's are
+// in a model's step (one copy for every set, as before 2026-12-02, sat in
+// L2 after the first call).
 struct FusedBed {
   Bed bed;
-  std::vector<void*> conv_state, z;
-  void* conv_weight{nullptr};
-  void* conv_bias{nullptr};
-  void* norm_weight{nullptr};
+  std::vector<void*> conv_state, z, conv_weight, conv_bias, norm_weight;
   void* y{nullptr};      // separate stages: the conv output
   void* o_raw{nullptr};  // separate stages: the step's output before the norm
   // the upstream stand-in: the in_proj weight bytes at B = 1 (hidden 2048 x
@@ -71,14 +71,18 @@ struct FusedBed {
     for (size_t i = 0; i < bed.sets.size(); ++i) {
       void* cs = nullptr;
       void* zz = nullptr;
+      void *cw = nullptr, *cb = nullptr, *nw = nullptr;
       upload(&cs, B * cdim * (kConvWidth - 1), -1.f, 1.f);
       upload(&zz, B * s.hv * s.d, -2.f, 2.f);
+      upload(&cw, cdim * kConvWidth, -0.6f, 0.6f);
+      upload(&cb, cdim, -0.2f, 0.2f);
+      upload(&nw, s.d, 0.5f, 1.5f);
       conv_state.push_back(cs);
       z.push_back(zz);
+      conv_weight.push_back(cw);
+      conv_bias.push_back(cb);
+      norm_weight.push_back(nw);
     }
-    upload(&conv_weight, cdim * kConvWidth, -0.6f, 0.6f);
-    upload(&conv_bias, cdim, -0.2f, 0.2f);
-    upload(&norm_weight, s.d, 0.5f, 1.5f);
     GDN_BENCH_CHECK(cudaMalloc(&y, size_t(B * cdim) * 2));
     GDN_BENCH_CHECK(cudaMalloc(&o_raw, size_t(B * s.hv * s.d) * 2));
     proj_bytes = size_t(2048) * size_t(cdim + int64_t(s.hv) * s.d + 2 * s.hv) * 2;
@@ -99,9 +103,9 @@ struct FusedBed {
   ~FusedBed() {
     for (void* p : conv_state) cudaFree(p);
     for (void* p : z) cudaFree(p);
-    cudaFree(conv_weight);
-    cudaFree(conv_bias);
-    cudaFree(norm_weight);
+    for (void* p : conv_weight) cudaFree(p);
+    for (void* p : conv_bias) cudaFree(p);
+    for (void* p : norm_weight) cudaFree(p);
     cudaFree(y);
     cudaFree(o_raw);
     for (void* w : proj_weights) cudaFree(w);
@@ -126,12 +130,12 @@ struct FusedBed {
       p.q = p.k = p.v = nullptr;
       p.x = st.qkv;
       p.conv_state = conv_state[i];
-      p.conv_weight = conv_weight;
-      p.conv_bias = conv_bias;
+      p.conv_weight = conv_weight[i];
+      p.conv_bias = conv_bias[i];
     }
     if (norm) {
       p.z = z[i];
-      p.norm_weight = norm_weight;
+      p.norm_weight = norm_weight[i];
     }
     return p;
   }
@@ -188,14 +192,14 @@ void BM_Middle(benchmark::State& st, Shape shape) {
       const size_t i = fb.index_of(cur);
       const Shape& s = fb.bed.s;
       launch_conv_update(static_cast<const bf16*>(cur.qkv), static_cast<bf16*>(fb.conv_state[i]),
-                         static_cast<const bf16*>(fb.conv_weight), static_cast<const bf16*>(fb.conv_bias),
+                         static_cast<const bf16*>(fb.conv_weight[i]), static_cast<const bf16*>(fb.conv_bias[i]),
                          static_cast<bf16*>(fb.y), s.B, fb.bed.conv_dim, kConvWidth, fb.bed.stream);
       gdn::DecodeParams p = fb.bed.params(cur);
       gdn::set_packed_qkv(p, fb.y, fb.bed.conv_dim);
       p.o = fb.o_raw;
       check(gdn::decode(p, gdn::Backend::kCuda));
       launch_gated_rmsnorm(static_cast<const bf16*>(fb.o_raw), static_cast<const bf16*>(fb.z[i]),
-                           static_cast<const bf16*>(fb.norm_weight), static_cast<bf16*>(cur.o), s.B * s.hv, s.d,
+                           static_cast<const bf16*>(fb.norm_weight[i]), static_cast<bf16*>(cur.o), s.B * s.hv, s.d,
                            1e-6f, fb.bed.stream);
       GDN_BENCH_CHECK(cudaGetLastError());
     });
