@@ -242,13 +242,18 @@ struct Bed {
   // itself (the in-place step's traffic exactly), moving the same state
   // bytes, timed the same way; and, for comparison with earlier rounds, the
   // faster of the two copies into one shared destination.
-  CopyFloor copy_floor() {
-    const int n = calls();
+  // The floor's copy kernel grid: 256-thread blocks, one vector a thread up
+  // to 8 blocks an SM, then grid-stride.
+  unsigned copy_blocks() const {
     int sms = 0;
     GDN_BENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const int64_t vecs = int64_t(state_bytes / 16);
-    const int64_t want = (vecs + 255) / 256;
-    const unsigned blocks = unsigned(std::min<int64_t>(want, int64_t(sms) * 8));
+    return unsigned(std::min<int64_t>((vecs + 255) / 256, int64_t(sms) * 8));
+  }
+  CopyFloor copy_floor() {
+    const int n = calls();
+    const int64_t vecs = int64_t(state_bytes / 16);
+    const unsigned blocks = copy_blocks();
     // dst(cur): where the set's copy goes
     auto time_copies = [&](auto&& dst) {
       cudaGraphExec_t g = capture(n, [&](const Set& cur, const Set&) {

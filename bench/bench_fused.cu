@@ -264,7 +264,7 @@ void graph_length(const Shape& shape) {
   GDN_BENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   GDN_BENCH_CHECK(cudaFuncSetAttribute(projection_standin_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, -1));
   const int64_t vecs = int64_t(fb.bed.state_bytes / 16);
-  const unsigned blocks = unsigned(std::min<int64_t>((vecs + 255) / 256, int64_t(sms) * 8));
+  const unsigned blocks = fb.bed.copy_blocks();
   auto copy = [&](const Set& cur, const Set&) {
     copy_kernel<4><<<blocks, 256, 0, fb.bed.stream>>>(static_cast<const uint4*>(cur.state),
                                                       static_cast<uint4*>(cur.copy_dst), vecs);
@@ -475,10 +475,8 @@ void trace_calls(const Shape& s, bool copy, bool tail = false, size_t max_blocks
   const size_t per_call = max_blocks * kTraceWords;  // words: up to max_blocks blocks a call
   unsigned long long* buf = nullptr;
   GDN_BENCH_CHECK(cudaMalloc(&buf, n * per_call * 8));
-  int sms = 0;
-  GDN_BENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int64_t vecs = int64_t(fb.bed.state_bytes / 16);
-  const unsigned copy_blocks = unsigned(std::min<int64_t>((vecs + 255) / 256, int64_t(sms) * 8));
+  const unsigned copy_blocks = fb.bed.copy_blocks();
   int c = 0;
   cudaGraphExec_t g = fb.bed.capture(n, [&](const Set& cur, const Set&) {
     unsigned long long* t = buf + size_t(c++) * per_call;

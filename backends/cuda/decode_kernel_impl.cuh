@@ -2684,37 +2684,22 @@ constexpr size_t tune_smem(K, size_t smem) {
 }
 #endif
 
-#if defined(GDN_TRACE)
-// (diagnostic builds, for A/B: GDN_PDL_LATE=1 keeps a programmatic launch
-// but has the kernel take the path of a plain one, every load after its
-// wait; GDN_STATE_FIRST=1 launches plainly but has the kernel take the
-// programmatic path, the state's loads first, its wait a no-op)
-inline thread_local bool g_trace_pdl_late = false;
-#endif
-
+// `caller.programmatic_launch` picks the launch (programmatic or plain); the
+// kernels read the same flag to pick their load order, from `p`, which is
+// the caller's parameters except in diagnostic builds: there (-DGDN_TRACE,
+// for A/B) GDN_PDL_LATE=1 has a programmatic launch's kernel take the plain
+// path (every load after its wait) and GDN_STATE_FIRST=1 has a plain
+// launch's kernel take the programmatic one (the state's loads first, its
+// wait a no-op).
 template <typename T, Layout kLayout, int kDk, int kP>
-cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t stream) {
+cudaError_t launch_decode(const DecodeParams& caller, const Launch& g, cudaStream_t stream) {
 #if defined(GDN_TRACE)
-  if (p.programmatic_launch && !g_trace_pdl_late && std::getenv("GDN_PDL_LATE") != nullptr) {
-    DecodeParams q = p;
-    q.programmatic_launch = false;
-    g_trace_pdl_late = true;
-    const cudaError_t e = launch_decode<T, kLayout, kDk, kP>(q, g, stream);
-    g_trace_pdl_late = false;
-    return e;
-  }
-  if (!p.programmatic_launch && !g_trace_pdl_late && std::getenv("GDN_STATE_FIRST") != nullptr) {
-    DecodeParams q = p;
-    q.programmatic_launch = true;
-    g_trace_pdl_late = true;  // (the flag then keeps the launch plain)
-    const cudaError_t e = launch_decode<T, kLayout, kDk, kP>(q, g, stream);
-    g_trace_pdl_late = false;
-    return e;
-  }
-  const bool force_pdl = g_trace_pdl_late && !p.programmatic_launch;
-  const bool force_plain = g_trace_pdl_late && p.programmatic_launch;
+  DecodeParams traced = caller;
+  if (std::getenv("GDN_PDL_LATE") != nullptr) traced.programmatic_launch = false;
+  if (std::getenv("GDN_STATE_FIRST") != nullptr) traced.programmatic_launch = true;
+  const DecodeParams& p = traced;
 #else
-  constexpr bool force_pdl = false, force_plain = false;
+  const DecodeParams& p = caller;
 #endif
   const KernelParams kp = kernel_params(p);
   const float scale = effective_scale(p);
@@ -2741,8 +2726,7 @@ cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t s
         fused_ready<T, kLayout, kDk, kP, IO>();
       else
         resident_warps_per_sm<T, kLayout, kDk, kP, IO>();  // once: the shared-memory limit is raised
-      const bool pdl =
-          (p.programmatic_launch || force_pdl) && !force_plain && sm90_capable<T, kLayout, kDk, kP, IO, kFused>();
+      const bool pdl = caller.programmatic_launch && sm90_capable<T, kLayout, kDk, kP, IO, kFused>();
       const size_t fused_smem = kFused ? fused_smem_bytes(g.group_heads, p.head_dim_k, p.head_dim_v, g.cluster > 1) : 0;
       if constexpr (kLayout == Layout::kKV) {
         // The tile of kW warps: kP, or (step) kKvSmallW where the plan chose it.
