@@ -70,14 +70,17 @@
 // Streaming items with the next one in flight took B = 512 from 1.91x to
 // 1.06x the copy floor; 2 items rather than more keeps the last wave short
 // (bf16 B = 32: 1.34x vs 1.49x at 8; bench/RESULTS.md has both sweeps).
-// Small B*Hv: W shrinks to one warp per block until the grid puts work on
-// every SM: at B = 1 with Hv = 32 there are only
+// Small B*Hv: W shrinks until the grid puts work on every SM, evenly: at
+// B = 1 with Hv = 32 there are only
 // 32 heads for 132 SMs, and a block per head would leave three quarters of the
-// memory system idle. A warp's item and its reduction order never depend on
+// memory system idle. In a one-wave grid W stays as large as keeps every SM
+// as loaded as one-warp blocks would (fp32 B = 1: 256 blocks of 4 warps),
+// because each block the launch dispatches costs time (plan_launch). A
+// warp's item and its reduction order never depend on
 // W or items per warp, so results are bitwise identical whatever split the
 // batch size picks (batch-invariant and deterministic; tested B = 1 vs 600).
 // The later gated-RMSNorm epilogue needs all Dv outputs of a head: the
-// blocks of one head (one or two at large B, up to 16-32 one-warp blocks at
+// blocks of one head (one or two at large B, 4 to 32 blocks at
 // B = 1) are always consecutive in the grid, so they can form a thread-block
 // cluster on sm_90 (distributed shared memory for the head's sum of squares).
 //

@@ -2654,11 +2654,27 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
   if (ipw == 2 && cap >= 3 && items >= int64_t(16) * slots) ipw = 3;
   const int warps_per_head = (g.items_per_head + ipw - 1) / ipw;
   // Largest power-of-two block up to 8 warps that the head's warps fill,
-  // halved while the grid would leave SMs short of blocks (split V across
-  // more blocks as B * Hv shrinks; the per-warp work never changes).
+  // then halved (split V across more blocks as B * Hv shrinks; the per-warp
+  // work never changes, so neither do the results):
+  // - in a one-wave grid, while the blocks are fewer than the SMs or the
+  //   busiest SM (blocks dealt out evenly) would hold more warps than with
+  //   one-warp blocks. Every block a launch dispatches costs time (an empty
+  //   kernel of 1024 blocks takes 1.17 us a call in a graph, of 256 0.70),
+  //   so the fewest blocks that keep the SMs evenly loaded win. Against the
+  //   rule below in every grid (H200, bench_cuda, bench/RESULTS.md round
+  //   24): B = 1 fp32 3.22 -> 3.17 us (256 blocks of 4 warps, not 1024 of
+  //   one), bf16 2.88 -> 2.86, bf16 at Hv = 64 3.67 -> 3.35, bf16 B = 8 6.52
+  //   -> 6.40; no vk row up to B = 32 more than 0.4% slower;
+  // - in longer grids, while the grid has fewer than 4 blocks an SM.
   int w = 1;
   while (w * 2 <= warps_per_head && w * 2 <= 8) w *= 2;
-  while (w > 1 && heads * ((warps_per_head + w - 1) / w) < int64_t(4) * sms) w /= 2;
+  auto blocks_with = [&](int ww) { return heads * ((warps_per_head + ww - 1) / ww); };
+  if (heads * warps_per_head <= slots) {
+    auto busiest = [&](int ww) { return (blocks_with(ww) + sms - 1) / sms * ww; };
+    while (w > 1 && (blocks_with(w) < sms || busiest(w) > busiest(1))) w /= 2;
+  } else {
+    while (w > 1 && blocks_with(w) < int64_t(4) * sms) w /= 2;
+  }
   g.items_per_warp = ipw;
   g.warps_per_block = w;
   g.blocks_per_head = (warps_per_head + w - 1) / w;
