@@ -723,6 +723,110 @@ void sweep_pools(int sms) {
     }
 }
 
+// "launch": what a launch costs by its grid alone (bench/RESULTS.md round
+// 24): kernels that do nothing (thread 0 of block 0 reads one parameter),
+// in graphs of 64 calls, median of 15 replays: by block count and size, by
+// parameter bytes, and clustered (128 blocks of 256 threads, 40 KiB of
+// shared memory, with and without one cluster barrier).
+template <int kPad>
+struct ParamPad {
+  long long v[kPad];
+};
+template <int kPad>
+__global__ void launch_empty_kernel(int* out, ParamPad<kPad> pad) {
+  if (threadIdx.x == 0 && blockIdx.x == 0 && pad.v[kPad - 1] == 12345) *out = 1;
+}
+template <bool kBarrier>
+__global__ void launch_cluster_kernel(int* out, int v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kBarrier) {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  }
+#endif
+  if (threadIdx.x == 0 && blockIdx.x == 0 && v == 12345) *out = v;
+}
+template <typename Enqueue>
+double launch_us(cudaStream_t s, Enqueue&& enqueue) {
+  constexpr int kCalls = 64;
+  cudaGraph_t graph;
+  GDN_BENCH_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int c = 0; c < kCalls; ++c) enqueue();
+  GDN_BENCH_CHECK(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec;
+  GDN_BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  GDN_BENCH_CHECK(cudaGraphDestroy(graph));
+  cudaEvent_t t0, t1;
+  GDN_BENCH_CHECK(cudaEventCreate(&t0));
+  GDN_BENCH_CHECK(cudaEventCreate(&t1));
+  GDN_BENCH_CHECK(cudaGraphLaunch(exec, s));  // warm-up
+  std::vector<double> us;
+  for (int r = 0; r < 15; ++r) {
+    GDN_BENCH_CHECK(cudaEventRecord(t0, s));
+    GDN_BENCH_CHECK(cudaGraphLaunch(exec, s));
+    GDN_BENCH_CHECK(cudaEventRecord(t1, s));
+    GDN_BENCH_CHECK(cudaEventSynchronize(t1));
+    float ms = 0;
+    GDN_BENCH_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+    us.push_back(1e3 * double(ms) / kCalls);
+  }
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  cudaGraphExecDestroy(exec);
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+void sweep_launch() {
+  cudaStream_t s;
+  GDN_BENCH_CHECK(cudaStreamCreate(&s));
+  int* out = nullptr;
+  GDN_BENCH_CHECK(cudaMalloc(&out, sizeof(int)));
+  for (int rep = 0; rep < 2; ++rep) {
+    for (int threads : {32, 128})
+      for (int blocks : {16, 64, 128, 256, 512, 1024, 2048}) {
+        const ParamPad<1> pad{};
+        const double us = launch_us(s, [&] { launch_empty_kernel<1><<<blocks, threads, 0, s>>>(out, pad); });
+        std::printf("LAUNCH %d empty blocks %5d x %4d threads, params %4d B: %7.3f us\n", rep, blocks, threads,
+                    int(sizeof(int*) + sizeof(pad)), us);
+      }
+    {
+      const ParamPad<128> pad{};
+      const double us = launch_us(s, [&] { launch_empty_kernel<128><<<1024, 32, 0, s>>>(out, pad); });
+      std::printf("LAUNCH %d empty blocks %5d x %4d threads, params %4d B: %7.3f us\n", rep, 1024, 32,
+                  int(sizeof(int*) + sizeof(pad)), us);
+    }
+    int major = 0;
+    GDN_BENCH_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    if (major < 9) continue;
+    for (bool barrier : {false, true})
+      for (int cluster : {0, 2, 4, 8}) {
+        auto kernel = barrier ? launch_cluster_kernel<true> : launch_cluster_kernel<false>;
+        if (barrier && cluster == 0) continue;
+        const int smem = 40 * 1024;
+        GDN_BENCH_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        const double us = launch_us(s, [&] {
+          cudaLaunchConfig_t cfg{};
+          cfg.gridDim = dim3(128);
+          cfg.blockDim = dim3(256);
+          cfg.dynamicSmemBytes = smem;
+          cfg.stream = s;
+          cudaLaunchAttribute at{};
+          at.id = cudaLaunchAttributeClusterDimension;
+          at.val.clusterDim.x = unsigned(cluster);
+          at.val.clusterDim.y = 1;
+          at.val.clusterDim.z = 1;
+          cfg.attrs = &at;
+          cfg.numAttrs = cluster > 0 ? 1 : 0;
+          GDN_BENCH_CHECK(cudaLaunchKernelEx(&cfg, kernel, out, 0));
+        });
+        std::printf("LAUNCH %d %-7s blocks %5d x %4d threads, cluster %d, 40 KiB shared: %7.3f us\n", rep,
+                    barrier ? "barrier" : "empty", 128, 256, cluster, us);
+      }
+  }
+  cudaFree(out);
+  cudaStreamDestroy(s);
+}
+
 // Optional arguments: "vk" or "kv" sweeps that layout only ("blocks": the vk
 // block size at small B; "ipw": vk items a warp, forced; "hints": the L2
 // policies on the state's traffic off, on and as planned; "width": the
@@ -730,6 +834,7 @@ void sweep_pools(int sms) {
 // pool costs by its slots' order and its index's place; "skeleton",
 // "skeleton2" and "skeleton3": the kv step's memory traffic alone;
 // "copies": the in-place traffic alone against the copy floor, by form;
+// "launch": what a launch costs by its grid alone;
 // "occupancy": the step with at most k blocks an SM); a
 // second one keeps the variants whose name has it. (A kv variant runs the
 // planner's choice, which takes 4-warp tiles in one-round grids: "kv W=8"
@@ -747,6 +852,10 @@ int main(int argc, char** argv) {
     std::printf("%-6s %-5s %4s %-8s %4s %9s %9s %7s\n", "state", "lay", "B", "variant", "ipw", "us", "copy", "ratio");
     sweep_block_size<float>(sms);
     sweep_block_size<__nv_bfloat16>(sms);
+    return 0;
+  }
+  if (only == "launch") {
+    sweep_launch();
     return 0;
   }
   if (only == "pools") {
