@@ -93,6 +93,30 @@ struct CopyFloor {
   double us, warm_dst_us;
 };
 
+// Median time per call over kReplays replays (after one warm-up) of a graph
+// of `calls` calls on `stream`, in µs.
+inline double graph_us(cudaStream_t stream, cudaGraphExec_t exec, int calls) {
+  cudaEvent_t t0, t1;
+  GDN_BENCH_CHECK(cudaEventCreate(&t0));
+  GDN_BENCH_CHECK(cudaEventCreate(&t1));
+  GDN_BENCH_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
+  GDN_BENCH_CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> us;
+  for (int r = 0; r < kReplays; ++r) {
+    GDN_BENCH_CHECK(cudaEventRecord(t0, stream));
+    GDN_BENCH_CHECK(cudaGraphLaunch(exec, stream));
+    GDN_BENCH_CHECK(cudaEventRecord(t1, stream));
+    GDN_BENCH_CHECK(cudaEventSynchronize(t1));
+    float ms = 0;
+    GDN_BENCH_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+    us.push_back(1e3 * double(ms) / calls);
+  }
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
 struct Bed {
   Shape s;
   int64_t conv_dim{0};
@@ -213,27 +237,7 @@ struct Bed {
   }
 
   // Median time per call over kReplays replays of a graph of `calls` calls, in µs.
-  double time_graph(cudaGraphExec_t exec, int calls) {
-    cudaEvent_t t0, t1;
-    GDN_BENCH_CHECK(cudaEventCreate(&t0));
-    GDN_BENCH_CHECK(cudaEventCreate(&t1));
-    GDN_BENCH_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
-    GDN_BENCH_CHECK(cudaStreamSynchronize(stream));
-    std::vector<double> us;
-    for (int r = 0; r < kReplays; ++r) {
-      GDN_BENCH_CHECK(cudaEventRecord(t0, stream));
-      GDN_BENCH_CHECK(cudaGraphLaunch(exec, stream));
-      GDN_BENCH_CHECK(cudaEventRecord(t1, stream));
-      GDN_BENCH_CHECK(cudaEventSynchronize(t1));
-      float ms = 0;
-      GDN_BENCH_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-      us.push_back(1e3 * double(ms) / calls);
-    }
-    cudaEventDestroy(t0);
-    cudaEventDestroy(t1);
-    std::sort(us.begin(), us.end());
-    return us[us.size() / 2];
-  }
+  double time_graph(cudaGraphExec_t exec, int calls) { return graph_us(stream, exec, calls); }
 
   int calls() const { return int(std::max<size_t>(sets.size(), 20)); }
 

@@ -756,25 +756,9 @@ double launch_us(cudaStream_t s, Enqueue&& enqueue) {
   cudaGraphExec_t exec;
   GDN_BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   GDN_BENCH_CHECK(cudaGraphDestroy(graph));
-  cudaEvent_t t0, t1;
-  GDN_BENCH_CHECK(cudaEventCreate(&t0));
-  GDN_BENCH_CHECK(cudaEventCreate(&t1));
-  GDN_BENCH_CHECK(cudaGraphLaunch(exec, s));  // warm-up
-  std::vector<double> us;
-  for (int r = 0; r < 15; ++r) {
-    GDN_BENCH_CHECK(cudaEventRecord(t0, s));
-    GDN_BENCH_CHECK(cudaGraphLaunch(exec, s));
-    GDN_BENCH_CHECK(cudaEventRecord(t1, s));
-    GDN_BENCH_CHECK(cudaEventSynchronize(t1));
-    float ms = 0;
-    GDN_BENCH_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-    us.push_back(1e3 * double(ms) / kCalls);
-  }
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
+  const double us = graph_us(s, exec, kCalls);
   cudaGraphExecDestroy(exec);
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
+  return us;
 }
 void sweep_launch() {
   cudaStream_t s;
