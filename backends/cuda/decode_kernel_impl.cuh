@@ -899,6 +899,20 @@ __device__ __forceinline__ void fused_emit(const FusedSmem& sm, const Group& grp
     sm.out[col] = o;
 }
 
+// The sum of squares of a head's Dv raw outputs `out`, which a warp forms in
+// one fixed order (lane l: j = l, l + kWarp, ..., then a fixed butterfly),
+// the same bits in every kernel and geometry; every lane gets it.
+__device__ __forceinline__ float head_sum_squares(const float* out, int Dv, int lane) {
+  float ss = 0.0f;
+  for (int j = lane; j < Dv; j += kWarp) {
+    const float o = out[j];
+    ss += o * o;
+  }
+#pragma unroll
+  for (int off = kWarp / 2; off >= 1; off /= 2) ss += warp_shfl_xor(ss, off);
+  return ss;
+}
+
 // The gated RMSNorm over each head of the group, once every output of the
 // group is in sm.out (every thread calls it):
 //   out[j] = w[j] * o[j] * rsqrt(mean_j(o[j]^2) + eps) * silu(z[j])
@@ -926,16 +940,7 @@ __device__ __forceinline__ void fused_finish(const Params& p, const Group& grp, 
     __syncthreads();
   GDN_MARK(7);
   // The sum of squares of head g's outputs, in the one fixed order.
-  auto head_ss = [&](int g) {
-    float ss = 0.0f;
-    for (int j = lane; j < Dv; j += kWarp) {
-      const float o = sm.out[g * Dv + j];
-      ss += o * o;
-    }
-#pragma unroll
-    for (int off = kWarp / 2; off >= 1; off /= 2) ss += warp_shfl_xor(ss, off);
-    return ss;
-  };
+  auto head_ss = [&](int g) { return head_sum_squares(sm.out + g * Dv, Dv, lane); };
   if (grp.one_head(Dv)) {
     // The block's columns lie in member g_lo (every cluster geometry of
     // Qwen3.5): each warp holding some of them forms that head's rstd
@@ -2013,7 +2018,15 @@ constexpr int kv_step_min_blocks() {
 // flight from the start (3 stages: fp32, and 16-bit states at Dk <= 64),
 // reduces them together (the pair path below). kHints: the L2 policies on
 // the state's traffic (step_l2_hints; 0 in the first instantiation).
-template <typename T, int kDk, int kW, typename IO, int kHints>
+// kNorm (the gated RMSNorm alone, sm_90, Launch::step_norm): the same
+// geometry, the blocks of a head a cluster (one block: no cluster). Each
+// output goes raw into every block of the cluster (st.async, counted on
+// that block's mbarrier); once all Dv of the head have landed, each warp
+// that owns some of the block's columns forms the head's sum of squares in
+// the one fixed order (head_sum_squares: the fused kernels' bits) and the
+// block writes its own columns normalized. Only a head's blocks wait for
+// each other, and the tile is the step's (B = 1: 4-warp tiles).
+template <typename T, int kDk, int kW, typename IO, int kHints, bool kNorm = false>
 __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
     decode_kv_step_kernel(int tiles_per_head, int tiles_per_block, FastDiv by_blocks_per_head, FastDiv by_hv,
                           FastDiv by_head_map, bool small_loads_first, const __grid_constant__ KernelParams p,
@@ -2029,6 +2042,9 @@ __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
   constexpr int kTilesAtOnce = kStagesHere >= 3 ? 2 : 1;
   __shared__ float part[kTilesAtOnce * R::kPartFloats];
   __shared__ float dl[kTilesAtOnce * kCols];
+  // kNorm: the head's raw outputs and the mbarrier that counts their bytes
+  __shared__ float head_out[kNorm ? kMaxHeadDim : 1];
+  __shared__ unsigned long long out_bar;
 
   const int Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
   const int tid = int(threadIdx.x), lane = tid % kWarp;
@@ -2043,6 +2059,10 @@ __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
   const int t_end = min(tiles_per_head, t + tiles_per_block);
 
   const RowSlots slots = row_slots(p, b);
+  // kNorm: the blocks of the head (the cluster), and this block's output
+  // columns [j_own, j_own + n_own) (at most one a thread: plan_launch)
+  const int csize = kNorm ? int(by_blocks_per_head.d) : 1;
+  const int j_own = t * kCols, n_own = min(Dv, t_end * kCols) - j_own;
   if (slots.s_in < 0 || slots.s_in >= p.num_slots) {
     count_bad_indices(p, slots, h, blk);
     // Padding row (uniform over the block): zero this block's outputs, touch no state.
@@ -2094,14 +2114,32 @@ __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
   };
   IoRun<IO, 1> v_run, q_raw[kRows], k_raw[kRows];
   GateInputs<IO> gate_in;
+  IoRun<IO, 1> z_pre, w_pre;  // kNorm: z and norm_weight of the thread's own column
   auto issue_small = [&] {
     load_v(t, v_run);
     const unsigned hq = by_head_map.div(unsigned(h));
     const int hk = p.head_map == HeadMap::kInterleaved ? int(hq) : h - int(hq) * p.num_k_heads;
     load_qk_rows<IO>(p, b, hk, lane, Dk, q_raw, k_raw);
     gate_in = load_gate_inputs<IO>(p, b, h);
+    if constexpr (kNorm) {
+      const int col = j_own + (tid < n_own ? tid : 0);
+      z_pre.load(p.qkv_dtype, p.z, b * p.z_batch_stride + int64_t(h) * p.z_head_stride + col);
+      w_pre.load(p.qkv_dtype, p.norm_weight, col);
+    }
   };
   GDN_MARK(0);
+  if constexpr (kNorm) {
+    // The mbarrier expects the head's Dv outputs (peers' pushes may land
+    // before this arrival), and is ready for them once the cluster barrier
+    // below completes.
+    if (csize > 1) {
+      if (tid == 0) {
+        outputs_barrier_init(&out_bar);
+        outputs_expect(&out_bar, unsigned(sizeof(float)) * unsigned(Dv));
+      }
+      cluster_arrive_relaxed();
+    }
+  }
   start_step_loads(p, small_loads_first, issue_state, issue_small);
   count_bad_indices(p, slots, h, blk);  // (the loads are out)
   float vj = v_run.value(finisher);
@@ -2118,17 +2156,51 @@ __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
   float qr[kRows], kr[kRows];
   const float kq = R::normalize(p, qh, kh, qr, kr);
   GDN_MARK(3);
+  if constexpr (kNorm) {
+    if (csize > 1) cluster_wait();  // every block's mbarrier is ready for the pushes
+  }
 
-  // o[jt + col] of the block's head (nothing past Dv)
+  // o[jt + col] of the block's head (nothing past Dv); kNorm: raw, into
+  // every block of the head
   auto emit_at = [&](int jt) {
     return [&, jt](int col, float o_val) {
       if (jt + col >= Dv) return;
+      if constexpr (kNorm) {
+        if (csize > 1)
+          push_to_cluster(&head_out[jt + col], &out_bar, csize, o_val);
+        else
+          head_out[jt + col] = o_val;
+        return;
+      }
       const int64_t o_base = b * p.o_batch_stride + int64_t(h) * p.o_head_stride;
       with_dtype<IO>(p.o_dtype, [&](auto tag) {
         using E = decltype(tag);
         static_cast<E*>(p.o)[o_base + jt + col] = Elem<E>::from_float(o_val);
       });
     };
+  };
+  // kNorm, after the block's tiles: once the head's Dv outputs are in
+  //   out[j] = w[j] * o[j] * rsqrt(mean_j(o[j]^2) + eps) * silu(z[j])
+  // for the block's own columns (fused_finish's one-head form, same bits).
+  auto norm_epilogue = [&] {
+    if constexpr (kNorm) {
+      // 1 / Dv before the wait: the mean is then a product
+      const float inv_dv = 1.0f / float(Dv);
+      if (csize > 1)
+        outputs_wait(&out_bar);  // every block's pushes have landed
+      else
+        __syncthreads();
+      if (tid / kWarp * kWarp >= n_own) return;  // a warp with none of the columns (uniform over it)
+      const float rstd = rsqrtf(head_sum_squares(head_out, Dv, lane) * inv_dv + p.norm_eps);
+      if (tid < n_own) {
+        const float w = w_pre.value(), zg = silu(z_pre.value());
+        const int64_t o_base = b * p.o_batch_stride + int64_t(h) * p.o_head_stride;
+        with_dtype<IO>(p.o_dtype, [&](auto tag) {
+          using E = decltype(tag);
+          static_cast<E*>(p.o)[o_base + j_own + tid] = Elem<E>::from_float(w * head_out[j_own + tid] * rstd * zg);
+        });
+      }
+    }
   };
   if constexpr (kTilesAtOnce == 2) {
     if (pair) {
@@ -2164,6 +2236,7 @@ __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
                                              Dv);
       }
       GDN_MARK(6);
+      norm_epilogue();
       GDN_MARK(8);
       return;
     }
@@ -2186,6 +2259,7 @@ __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
     vj = v_next.value(finisher);
   }
   GDN_MARK(6);
+  norm_epilogue();
   GDN_MARK(8);
 }
 
@@ -2339,6 +2413,29 @@ int resident_warps_per_sm() {
     return blocks * w;
   });
 }
+
+#if !defined(GDN_HIP)
+// The kv step's norm instantiations (Launch::step_norm): the step's limits
+// (its ring; all of the L1/shared array as shared memory), once per device.
+template <typename T, int kDk, int kW, typename IO>
+bool step_norm_ready() {
+  static std::atomic<int> cache[kMaxCachedDevices];
+  return per_device(cache, [] {
+    const int smem = int(kv_step_smem_bytes<T, kDk, kW>());
+    auto set_limits = [&](const void* kernel) {
+      (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      (void)cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 int(cudaSharedmemCarveoutMaxShared));
+    };
+    set_limits(reinterpret_cast<const void*>(&decode_kv_step_kernel<T, kDk, kW, IO, 0, true>));
+    constexpr int kHints = step_l2_hints<T, Layout::kKV, kDk, kW>();
+    if constexpr (kHints != 0)
+      set_limits(reinterpret_cast<const void*>(&decode_kv_step_kernel<T, kDk, kW, IO, kHints, true>));
+    (void)cudaGetLastError();
+    return 1;
+  }) == 1;
+}
+#endif
 
 // The fused instantiations' dynamic shared-memory limit, raised once per
 // device (as above) to the most any launch of them asks for: 8 warps' ring,
@@ -2531,6 +2628,57 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
   const int cap = max_items_per_warp < g.items_per_head ? max_items_per_warp : g.items_per_head;
   g.group_heads = p.num_v_heads / p.num_k_heads;
   g.fused = p.conv_width > 0 || p.norm_weight != nullptr;
+#if !defined(GDN_HIP)
+  if constexpr (kLayout == Layout::kKV) {
+    // kv, the norm alone: the step's geometry with the norm as its epilogue
+    // (Launch::step_norm), on sm_90 code with one input dtype:
+    // - the step's own launch where it is one wave of at most 4 blocks an
+    //   SM, a head's blocks (at most 8) a cluster (B = 1: 4-warp tiles);
+    // - else, where one block a head runs more than one wave, one block a
+    //   head streaming its tiles (at most the cap), the norm in the block;
+    // - else (and where a block would hold more than one of its columns a
+    //   thread) the fused kernel's groups below.
+    // Against those groups (H200, bench_fused, bench/RESULTS.md round 25):
+    // the step + norm at B = 1 fp32 4.44 -> 3.93 us, bf16 3.91 -> 3.49;
+    // fp32 B = 8 (clusters of 2) 11.90 -> 11.76; B = 64 fp32 77.7 -> 76.4,
+    // bf16 43.5 -> 40.5. Not taken: clusters in longer grids or at 8 blocks
+    // an SM (fp32 B = 64 with 1 tile a block 83.3, bf16 B = 8 with 4-warp
+    // tiles 8.39) and one block a head in one wave (bf16 B = 8: 7.37 against
+    // the groups' 7.21).
+    if (p.conv_width == 0 && p.norm_weight != nullptr) {
+      DecodeParams step = p;
+      step.norm_weight = nullptr;
+      Launch s = plan_launch<T, kLayout, kDk, kP>(step, sms, l2_bytes, max_items_per_warp);
+      const int resident =
+          with_io(p, [](auto io) { return resident_warps_per_sm<T, kLayout, kDk, kP, decltype(io)>(); });
+      bool ok = heads * s.blocks_per_head <= int64_t(4) * sms;
+      if (!ok && heads > int64_t(resident / kP) * sms) {
+        s.items_per_head = g.items_per_head;
+        s.warps_per_block = kP;
+        s.items_per_warp = g.items_per_head;
+        s.blocks_per_head = 1;
+        s.small_loads_first = false;
+        s.l2_hints = state_within_2l2 ? step_l2_hints<T, kLayout, kDk, kP>() : 0;
+        ok = true;
+      }
+      const int cols = s.items_per_warp * (s.warps_per_block == kKvSmallW ? KvTile<T, kDk, kKvSmallW>::kCols
+                                                                           : KvTile<T, kDk, kP>::kCols);
+      const bool capable = with_io(p, [](auto io) {
+        using IO = decltype(io);
+        if constexpr (std::is_same<IO, MixedIO>::value)
+          return false;
+        else
+          return sm90_capable<T, kLayout, kDk, kP, IO, false>();
+      });
+      if (ok && capable && s.blocks_per_head <= 8 && s.items_per_warp <= max_items_per_warp &&
+          cols <= s.warps_per_block * kWarp) {
+        s.step_norm = true;
+        s.cluster = s.blocks_per_head;
+        return s;
+      }
+    }
+  }
+#endif
   if (g.fused) {
     // A group (row, k-head) is one block, or on sm_90 a cluster of up to 8
     // while the groups leave SMs idle (B = 1: 16 groups, clusters of 8).
@@ -2767,12 +2915,28 @@ cudaError_t launch_decode(const DecodeParams& caller, const Launch& g, cudaStrea
           } else {
             auto launch_step = [&](auto kernel) {
               return launch_kernel(kernel, blocks, unsigned(KvTile<T, kDk, kW>::kThreads),
-                                   tune_smem(kernel, kv_step_smem_bytes<T, kDk, kW>()), stream, pdl, 1,
-                                   g.items_per_head, g.items_per_warp, by_bph, by_hv, by_head_map,
-                                   g.small_loads_first, kp, scale);
+                                   tune_smem(kernel, kv_step_smem_bytes<T, kDk, kW>()), stream, pdl,
+                                   g.step_norm ? g.cluster : 1, g.items_per_head, g.items_per_warp, by_bph, by_hv,
+                                   by_head_map, g.small_loads_first, kp, scale);
             };
 #if GDN_L2_HINTS
             constexpr int kHints = step_l2_hints<T, kLayout, kDk, kW>();
+#else
+            constexpr int kHints = 0;
+#endif
+#if !defined(GDN_HIP)
+            // The norm alone as the step's epilogue (plan_launch)
+            if constexpr (!std::is_same<IO, MixedIO>::value) {
+              if (g.step_norm) {
+                step_norm_ready<T, kDk, kW, IO>();
+                if constexpr (kHints != 0) {
+                  if (g.l2_hints != 0) return launch_step(&decode_kv_step_kernel<T, kDk, kW, IO, kHints, true>);
+                }
+                return launch_step(&decode_kv_step_kernel<T, kDk, kW, IO, 0, true>);
+              }
+            }
+#endif
+#if GDN_L2_HINTS
             if constexpr (kHints != 0) {
               if (g.l2_hints != 0) return launch_step(&decode_kv_step_kernel<T, kDk, kW, IO, kHints>);
             }
