@@ -199,9 +199,9 @@ TEST_P(DecodeTest, FusedMiddleDeterministicAndBatchInvariant) {
   // The conv and the norm, together and each alone, as above: on an H200 a
   // row alone runs in a cluster of 8 blocks (the norm alone in vk without
   // the prologue), B = 48 in clusters of 2, B = 600 in one block a group;
-  // the norm alone in kv runs in the step kernel there (a head's 4-warp
-  // tiles a cluster at B = 1, fp32 B = 48 clusters of 2, B = 600 one block
-  // a head) and in the groups' kernel for bf16 at B = 48.
+  // the norm alone runs in the step kernels there where it can (a head's
+  // blocks a cluster at B = 1, kv fp32 B = 48 clusters of 2, kv B = 600 one
+  // block a head) and in the groups' kernels elsewhere.
   const bool host = backend() == gdn::Backend::kHost;
   for (const int64_t B : host ? std::vector<int64_t>{24} : std::vector<int64_t>{48, 600})
     for (const int mode : {0, 1, 2})  // conv + norm, the norm alone, the conv alone

@@ -115,16 +115,16 @@
 //   blocks' outputs through distributed shared memory, the barriers and
 //   their fences were a fifth of the fused kernel's samples at B = 1).
 //
-// The norm alone in kv (conv off) runs, where it can, as the step's own
-// epilogue (decode_kv_step_kernel's kNorm, Launch::step_norm): the step's
-// tiles and blocks, a head's blocks (up to 8) a cluster where the step's
-// grid is one wave of at most 4 blocks an SM (B = 1), else one block a head
-// in grids of more than one wave, each output pushed raw to every block of
-// its head only. A group's blocks no longer wait for the other head's, and
-// at B = 1 the tile is the step's 4-warp one: the step + norm at B = 1 fp32
-// 4.44 -> 3.93 us, bf16 3.91 -> 3.49, B = 64 bf16 43.5 -> 40.5 (H200,
-// bench/RESULTS.md round 25); one wave of more blocks (bf16 B = 8) keeps
-// the groups below, which were faster there.
+// The norm alone (conv off) runs, where it can, as the step's own epilogue
+// (decode_kv_step_kernel's kNorm, decode_vk's kStepNorm; Launch::step_norm):
+// the step's blocks, each output pushed raw to every block of its head
+// only; a head's blocks (up to 8) a cluster where the step's grid is one
+// wave of at most 4 blocks an SM (B = 1), one block a head in grids of more
+// than one wave. A block no longer waits for the other heads of its group,
+// and at B = 1 kv runs the step's 4-warp tiles: the step + norm at B = 1
+// kv fp32 4.41 -> 3.92 us, bf16 3.89 -> 3.48, vk fp32 4.17 -> 3.92; B = 64
+// bf16 vk 42.4 -> 38.0 (H200, bench/RESULTS.md round 25). One block a head
+// in one wave (B = 8 bf16) keeps the groups below, which were faster there.
 // The norm alone in groups' clusters (conv off, each block's columns in one
 // head, at most one a thread) runs its own instantiation (kNormOnly) with no
 // prologue: each warp loads q, k, v and its head's gates as the step does,
@@ -791,9 +791,10 @@ struct Launch {
   // compiles in, chosen here: a run-time switch inside cost up to 3% where
   // it was off (bench/RESULTS.md round 19).
   int l2_hints{0};
-  // (kv, the norm alone) the step's own geometry with the gated RMSNorm as
-  // its epilogue (decode_kv_step_kernel's kNorm): a head's blocks form a
-  // cluster of blocks_per_head (`cluster`), not the fused kernel's groups.
+  // (the norm alone) the step's own geometry with the gated RMSNorm as its
+  // epilogue (decode_kv_step_kernel's kNorm, decode_vk's kStepNorm): a
+  // head's blocks form a cluster of blocks_per_head (`cluster`), not the
+  // fused kernel's groups.
   bool step_norm{false};
 };
 

@@ -1088,8 +1088,14 @@ constexpr int vk_min_blocks() {
 // (below it) are its entry points; kv runs decode_kv_step_kernel or
 // decode_kv_fused_kernel. (Params, here and in the helpers: KernelParams,
 // or DecodeParams in decode_kv_fused_kernel, which says why.)
+// kStepNorm (the step, not fused; sm_90, Launch::step_norm): the gated
+// RMSNorm alone as the step's epilogue, as decode_kv_step_kernel's kNorm
+// does it: the step's blocks, a head's blocks a cluster (one block: none),
+// each output pushed raw into every block of its head, the head's sum of
+// squares in the one fixed order once its Dv outputs are in. The launch
+// takes it only where every warp of every block has an item.
 template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused, bool kNormOnly, int kHints,
-          typename Params>
+          bool kStepNorm = false, typename Params>
 __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, int items_per_warp,
                                           FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map,
                                           bool small_loads_first, float scale, int group_heads, int warps_per_head,
@@ -1098,7 +1104,8 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
   static_assert(kFused || !kNormOnly, "kNormOnly is a fused instantiation");
   // kNormOnly runs only in clusters, i.e. from sm_90 code: compiled for
   // sm_80 it is never launched, so it is left empty there.
-  if constexpr (kNormOnly && !kClusterCode) {
+  // kStepNorm likewise: the launch takes it only from sm_90 code.
+  if constexpr ((kNormOnly || kStepNorm) && !kClusterCode) {
 #if !defined(GDN_HIP)
     __trap();
 #endif
@@ -1183,6 +1190,14 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
   // and must not leave early: the group's barriers follow.
   if (!kFused && item >= items_per_head) return;
   const int item_end = min(items_per_head, item + items_per_warp);
+  // kStepNorm: the head's raw outputs and the mbarrier that counts their
+  // bytes; the blocks of the head (the cluster), and this block's output
+  // columns [j_own, j_own + n_own) (at most one a thread: plan_launch)
+  __shared__ float step_out[kStepNorm ? kMaxHeadDim : 1];
+  __shared__ unsigned long long step_bar;
+  const int csize = kStepNorm ? int(by_blocks_per_head.d) : 1;
+  const int j_own = blk * warps * items_per_warp * kColsPerItem;
+  const int n_own = min(Dv, j_own + warps * items_per_warp * kColsPerItem) - j_own;
 
   // ---- where this lane's data lives
   // rows[r]: the Dk index of held row r; cols[c]: the Dv index of held column
@@ -1332,6 +1347,8 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
   // range or none): one vector load each; a chunk past Dk reads row 0.
   IoRun<IO, kVec> q_raw[kInner], k_raw[kInner];
   GateInputs<IO> gate_in;
+  // silu(z) and norm_weight of the thread's column (fused_finish; kStepNorm)
+  IoRun<IO, 1> z_pre, w_pre;
   const bool qk_global = !(kFused && p.conv_width > 0);
   auto issue_small = [&] {
     load_v(item * kColsPerItem, v_first);
@@ -1352,6 +1369,11 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
       }
     }
     if constexpr (!kFused) gate_in = load_gate_inputs<IO>(p, b, h);
+    if constexpr (kStepNorm) {
+      const int col = j_own + (int(threadIdx.x) < n_own ? int(threadIdx.x) : 0);
+      z_pre.load(p.qkv_dtype, p.z, b * p.z_batch_stride + int64_t(h) * p.z_head_stride + col);
+      w_pre.load(p.qkv_dtype, p.norm_weight, col);
+    }
   };
   GDN_MARK(0);
   float vj, qh[kRowsHeld], kh[kRowsHeld], decay, beta;
@@ -1375,7 +1397,18 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
   // group is a cluster, and each block's columns lie in one head, at most
   // one a thread.
   constexpr bool kDirect = kNormOnly && kClusterCode && !std::is_same<IO, MixedIO>::value;
-  IoRun<IO, 1> z_pre, w_pre;  // silu(z) and norm_weight of the thread's column lo + tid (fused_finish)
+  if constexpr (kStepNorm) {
+    // The mbarrier expects the head's Dv outputs (peers' pushes may land
+    // before this arrival), and is ready for them once the cluster barrier
+    // after the l2norm completes.
+    if (csize > 1) {
+      if (threadIdx.x == 0) {
+        outputs_barrier_init(&step_bar);
+        outputs_expect(&step_bar, unsigned(sizeof(float)) * unsigned(Dv));
+      }
+      cluster_arrive_relaxed();
+    }
+  }
   if constexpr (kDirect) {
     fused_begin(p, grp, sm);
     if (p.programmatic_launch) issue_state();
@@ -1441,6 +1474,9 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
     cluster_wait();  // every block's outputs' mbarrier is ready for the pushes
   else if constexpr (kFused)
     fused_mid<IO>(p, grp, slots, sm);
+  else if constexpr (kStepNorm) {
+    if (csize > 1) cluster_wait();  // as kDirect
+  }
   GDN_MARK(4);
   // ---- 3. the warp's items, the next ones in flight (the ring's kStages - 1,
   // or one in registers) while one computes
@@ -1490,6 +1526,12 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
     if (writer && j0 + out_col < Dv) {
       if (kFused && p.norm_weight != nullptr) {
         fused_emit(sm, grp, g * Dv + j0 + out_col, o_val);  // normalized in the epilogue
+      } else if (kStepNorm) {
+        // raw, into every block of the head (normalized at the end)
+        if (csize > 1)
+          push_to_cluster(&step_out[j0 + out_col], &step_bar, csize, o_val);
+        else
+          step_out[j0 + out_col] = o_val;
       } else {
         with_dtype<IO>(p.o_dtype, [&](auto tag) {
           using E = decltype(tag);
@@ -1508,6 +1550,25 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
     fused_finish<IO>(p, grp, sm, zw);
   } else if constexpr (kFused) {
     fused_finish<IO>(p, grp, sm);
+  } else if constexpr (kStepNorm) {
+    //   out[j] = w[j] * o[j] * rsqrt(mean_j(o[j]^2) + eps) * silu(z[j])
+    // for the block's own columns (fused_finish's one-head form, same bits)
+    const float inv_dv = 1.0f / float(Dv);  // before the wait: the mean is a product
+    if (csize > 1)
+      outputs_wait(&step_bar);  // every block's pushes have landed
+    else
+      __syncthreads();
+    if (warp * kWarp < n_own) {  // (uniform over the warp)
+      const float rstd = rsqrtf(head_sum_squares(step_out, Dv, lane) * inv_dv + p.norm_eps);
+      const int t = int(threadIdx.x);
+      if (t < n_own) {
+        const float w = w_pre.value(), zg = silu(z_pre.value());
+        with_dtype<IO>(p.o_dtype, [&](auto tag) {
+          using E = decltype(tag);
+          static_cast<E*>(p.o)[o_base + j_own + t] = Elem<E>::from_float(w * step_out[j_own + t] * rstd * zg);
+        });
+      }
+    }
   }
   GDN_MARK(8);
 }
@@ -1515,13 +1576,15 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
 // The step's entry point: KernelParams after the launch's scalars, so that
 // what a block reads before its loads takes 3 constant lines (KernelParams).
 // (group_heads, warps_per_head, cluster and fdiv are the fused kernels'.)
-template <typename T, Layout kLayout, int kDk, int kP, typename IO, int kHints>
+// kNorm: the norm alone as its epilogue (decode_vk's kStepNorm).
+template <typename T, Layout kLayout, int kDk, int kP, typename IO, int kHints, bool kNorm = false>
 __global__ void __launch_bounds__(8 * kWarp, (vk_min_blocks<T, false>()))
     decode_vk_step_kernel(int items_per_head, int items_per_warp, FastDiv by_blocks_per_head, FastDiv by_hv,
                           FastDiv by_head_map, bool small_loads_first, const __grid_constant__ KernelParams p,
                           float scale) {
-  decode_vk<T, kLayout, kDk, kP, IO, false, false, kHints>(p, items_per_head, items_per_warp, by_blocks_per_head, by_hv,
-                                                           by_head_map, small_loads_first, scale, 1, 1, 1, FusedArgs{});
+  decode_vk<T, kLayout, kDk, kP, IO, false, false, kHints, kNorm>(p, items_per_head, items_per_warp,
+                                                                  by_blocks_per_head, by_hv, by_head_map,
+                                                                  small_loads_first, scale, 1, 1, 1, FusedArgs{});
 }
 // The fused kernels' entry point (same parameter order as the step's).
 template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kNormOnly>
@@ -2031,6 +2094,14 @@ __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
     decode_kv_step_kernel(int tiles_per_head, int tiles_per_block, FastDiv by_blocks_per_head, FastDiv by_hv,
                           FastDiv by_head_map, bool small_loads_first, const __grid_constant__ KernelParams p,
                           float scale) {
+  // kNorm: taken by the launch only from sm_90 code (Launch::step_norm), so
+  // left empty elsewhere
+  if constexpr (kNorm && !kClusterCode) {
+#if !defined(GDN_HIP)
+    __trap();
+#endif
+    return;
+  }
   using R = KvRegTile<T, kDk, kW>;
   using V = Vec<T>;
   constexpr int kVec = R::kVec, kRows = R::kRows, kCols = R::kCols, kThreads = R::kThreads;
@@ -2415,22 +2486,27 @@ int resident_warps_per_sm() {
 }
 
 #if !defined(GDN_HIP)
-// The kv step's norm instantiations (Launch::step_norm): the step's limits
-// (its ring; all of the L1/shared array as shared memory), once per device.
-template <typename T, int kDk, int kW, typename IO>
-bool step_norm_ready() {
+// The step's norm instantiations (Launch::step_norm; kP: kv's kW): the
+// step's limits (`smem`, its ring; all of the L1/shared array as shared
+// memory), once per device.
+template <typename T, Layout kLayout, int kDk, int kP, typename IO>
+bool step_norm_ready(size_t smem) {
   static std::atomic<int> cache[kMaxCachedDevices];
-  return per_device(cache, [] {
-    const int smem = int(kv_step_smem_bytes<T, kDk, kW>());
+  return per_device(cache, [smem] {
     auto set_limits = [&](const void* kernel) {
-      (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
       (void)cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                  int(cudaSharedmemCarveoutMaxShared));
     };
-    set_limits(reinterpret_cast<const void*>(&decode_kv_step_kernel<T, kDk, kW, IO, 0, true>));
-    constexpr int kHints = step_l2_hints<T, Layout::kKV, kDk, kW>();
-    if constexpr (kHints != 0)
-      set_limits(reinterpret_cast<const void*>(&decode_kv_step_kernel<T, kDk, kW, IO, kHints, true>));
+    constexpr int kHints = step_l2_hints<T, kLayout, kDk, kP>();
+    if constexpr (kLayout == Layout::kKV) {
+      set_limits(reinterpret_cast<const void*>(&decode_kv_step_kernel<T, kDk, kP, IO, 0, true>));
+      if constexpr (kHints != 0)
+        set_limits(reinterpret_cast<const void*>(&decode_kv_step_kernel<T, kDk, kP, IO, kHints, true>));
+    } else {
+      set_limits(reinterpret_cast<const void*>(&decode_vk_step_kernel<T, kLayout, kDk, kP, IO, 0, true>));
+      set_limits(reinterpret_cast<const void*>(&decode_vk_step_kernel<T, kLayout, kDk, kP, IO, kHints, true>));
+    }
     (void)cudaGetLastError();
     return 1;
   }) == 1;
@@ -2629,30 +2705,37 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
   g.group_heads = p.num_v_heads / p.num_k_heads;
   g.fused = p.conv_width > 0 || p.norm_weight != nullptr;
 #if !defined(GDN_HIP)
-  if constexpr (kLayout == Layout::kKV) {
-    // kv, the norm alone: the step's geometry with the norm as its epilogue
-    // (Launch::step_norm), on sm_90 code with one input dtype:
-    // - the step's own launch where it is one wave of at most 4 blocks an
-    //   SM, a head's blocks (at most 8) a cluster (B = 1: 4-warp tiles);
-    // - else, where one block a head runs more than one wave, one block a
-    //   head streaming its tiles (at most the cap), the norm in the block;
-    // - else (and where a block would hold more than one of its columns a
-    //   thread) the fused kernel's groups below.
-    // Against those groups (H200, bench_fused, bench/RESULTS.md round 25):
-    // the step + norm at B = 1 fp32 4.44 -> 3.93 us, bf16 3.91 -> 3.49;
-    // fp32 B = 8 (clusters of 2) 11.90 -> 11.76; B = 64 fp32 77.7 -> 76.4,
-    // bf16 43.5 -> 40.5. Not taken: clusters in longer grids or at 8 blocks
-    // an SM (fp32 B = 64 with 1 tile a block 83.3, bf16 B = 8 with 4-warp
-    // tiles 8.39) and one block a head in one wave (bf16 B = 8: 7.37 against
-    // the groups' 7.21).
-    if (p.conv_width == 0 && p.norm_weight != nullptr) {
-      DecodeParams step = p;
-      step.norm_weight = nullptr;
-      Launch s = plan_launch<T, kLayout, kDk, kP>(step, sms, l2_bytes, max_items_per_warp);
-      const int resident =
-          with_io(p, [](auto io) { return resident_warps_per_sm<T, kLayout, kDk, kP, decltype(io)>(); });
-      bool ok = heads * s.blocks_per_head <= int64_t(4) * sms;
-      if (!ok && heads > int64_t(resident / kP) * sms) {
+  // The norm alone (conv off): the step's geometry with the norm as its
+  // epilogue (Launch::step_norm; decode_kv_step_kernel's kNorm, decode_vk's
+  // kStepNorm), on sm_90 code with one input dtype:
+  // - where the step's own launch gives a head several blocks (at most 8)
+  //   in one wave of at most 4 blocks an SM, those blocks a cluster (B = 1,
+  //   the step's small blocks and 4-warp kv tiles; fp32 B = 8);
+  // - in grids of more than one wave, one block a head: kv streams the
+  //   head's tiles in one block (at most the cap), vk takes the step's
+  //   launch where it already gives a head one block;
+  // - else (one block a head in one wave, a block holding more than one of
+  //   its columns a thread, a vk block with idle warps) the fused kernel's
+  //   groups below.
+  // Against those groups (H200, bench_fused, bench/RESULTS.md round 25),
+  // the step + norm: B = 1 kv fp32 4.41 -> 3.92 us, bf16 3.89 -> 3.48, vk
+  // fp32 4.17 -> 3.92, bf16 3.52 -> 3.43; B = 8 (clusters of 2) kv fp32
+  // 11.89 -> 11.75, vk 11.84 -> 11.62; B = 64 kv fp32 77.8 -> 76.1, bf16
+  // 43.5 -> 40.2, bf16 vk 42.4 -> 38.0. Not taken: clusters in longer grids
+  // or at 8 blocks an SM (kv fp32 B = 64, 1 tile a block, 83.3; kv bf16
+  // B = 8, 4-warp tiles, 8.39) and one block a head in one wave (B = 8 bf16:
+  // kv 7.37 against the groups' 7.21, vk 7.45 against 7.02).
+  if (p.conv_width == 0 && p.norm_weight != nullptr) {
+    DecodeParams step = p;
+    step.norm_weight = nullptr;
+    Launch s = plan_launch<T, kLayout, kDk, kP>(step, sms, l2_bytes, max_items_per_warp);
+    // blocks of w warps one wave holds
+    const int resident = with_io(p, [](auto io) { return resident_warps_per_sm<T, kLayout, kDk, kP, decltype(io)>(); });
+    auto wave = [&](int w) { return int64_t(resident / w) * sms; };
+    bool ok = s.blocks_per_head > 1 && heads * s.blocks_per_head <= int64_t(4) * sms;
+    int cols = s.items_per_warp * cpi;
+    if constexpr (kLayout == Layout::kKV) {
+      if (!ok && heads > wave(kP)) {
         s.items_per_head = g.items_per_head;
         s.warps_per_block = kP;
         s.items_per_warp = g.items_per_head;
@@ -2661,21 +2744,25 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
         s.l2_hints = state_within_2l2 ? step_l2_hints<T, kLayout, kDk, kP>() : 0;
         ok = true;
       }
-      const int cols = s.items_per_warp * (s.warps_per_block == kKvSmallW ? KvTile<T, kDk, kKvSmallW>::kCols
-                                                                           : KvTile<T, kDk, kP>::kCols);
-      const bool capable = with_io(p, [](auto io) {
-        using IO = decltype(io);
-        if constexpr (std::is_same<IO, MixedIO>::value)
-          return false;
-        else
-          return sm90_capable<T, kLayout, kDk, kP, IO, false>();
-      });
-      if (ok && capable && s.blocks_per_head <= 8 && s.items_per_warp <= max_items_per_warp &&
-          cols <= s.warps_per_block * kWarp) {
-        s.step_norm = true;
-        s.cluster = s.blocks_per_head;
-        return s;
-      }
+      cols = s.items_per_warp * (s.warps_per_block == kKvSmallW ? KvTile<T, kDk, kKvSmallW>::kCols
+                                                                : KvTile<T, kDk, kP>::kCols);
+      ok = ok && s.items_per_warp <= max_items_per_warp;
+    } else {
+      ok = ok || (s.blocks_per_head == 1 && heads > wave(s.warps_per_block));
+      // every warp of every block has an item (none leaves early)
+      ok = ok && int64_t(s.blocks_per_head * s.warps_per_block - 1) * s.items_per_warp < s.items_per_head;
+    }
+    const bool capable = with_io(p, [](auto io) {
+      using IO = decltype(io);
+      if constexpr (std::is_same<IO, MixedIO>::value)
+        return false;
+      else
+        return sm90_capable<T, kLayout, kDk, kP, IO, false>();
+    });
+    if (ok && capable && s.blocks_per_head <= 8 && cols <= s.warps_per_block * kWarp) {
+      s.step_norm = true;
+      s.cluster = s.blocks_per_head;
+      return s;
     }
   }
 #endif
@@ -2928,7 +3015,7 @@ cudaError_t launch_decode(const DecodeParams& caller, const Launch& g, cudaStrea
             // The norm alone as the step's epilogue (plan_launch)
             if constexpr (!std::is_same<IO, MixedIO>::value) {
               if (g.step_norm) {
-                step_norm_ready<T, kDk, kW, IO>();
+                step_norm_ready<T, kLayout, kDk, kW, IO>(kv_step_smem_bytes<T, kDk, kW>());
                 if constexpr (kHints != 0) {
                   if (g.l2_hints != 0) return launch_step(&decode_kv_step_kernel<T, kDk, kW, IO, kHints, true>);
                 }
@@ -2956,9 +3043,21 @@ cudaError_t launch_decode(const DecodeParams& caller, const Launch& g, cudaStrea
         const size_t smem = smem_bytes<T, kLayout, kDk, kP>(g.warps_per_block) + fused_smem;
         if constexpr (!kFused) {
           auto launch_step = [&](auto kernel) {
-            return launch_kernel(kernel, blocks, threads, tune_smem(kernel, smem), stream, pdl, 1, g.items_per_head,
-                                 g.items_per_warp, by_bph, by_hv, by_head_map, g.small_loads_first, kp, scale);
+            return launch_kernel(kernel, blocks, threads, tune_smem(kernel, smem), stream, pdl,
+                                 g.step_norm ? g.cluster : 1, g.items_per_head, g.items_per_warp, by_bph, by_hv,
+                                 by_head_map, g.small_loads_first, kp, scale);
           };
+#if !defined(GDN_HIP)
+          // The norm alone as the step's epilogue (plan_launch)
+          if constexpr (!std::is_same<IO, MixedIO>::value) {
+            if (g.step_norm) {
+              constexpr int kHints = step_l2_hints<T, kLayout, kDk, kP>();
+              step_norm_ready<T, kLayout, kDk, kP, IO>(smem_bytes<T, kLayout, kDk, kP>(8));
+              if (g.l2_hints != 0) return launch_step(&decode_vk_step_kernel<T, kLayout, kDk, kP, IO, kHints, true>);
+              return launch_step(&decode_vk_step_kernel<T, kLayout, kDk, kP, IO, 0, true>);
+            }
+          }
+#endif
 #if GDN_L2_HINTS
           if (g.l2_hints != 0)
             return launch_step(&decode_vk_step_kernel<T, kLayout, kDk, kP, IO, step_l2_hints<T, kLayout, kDk, kP>()>);
