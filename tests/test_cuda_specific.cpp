@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "late_writer.hpp"
 #include "random_case.hpp"
 
 namespace gdn_test {
@@ -140,6 +141,79 @@ TEST_F(CudaOnly, ProgrammaticLaunchInAGraph) {
         cudaGraphDestroy(graph);
         cudaStreamDestroy(stream);
       }
+}
+
+// A programmatic launch reads what the previous kernel writes (x, z, a, b
+// with the conv and the norm; q, k, v, a, b without) only after its wait:
+// behind a kernel that lets it start at once and writes those inputs 100 us
+// later, over the NaN poison left in them, the call must still match the
+// reference. The other inputs are in place from the start (the pools and
+// the index arrays the caller promises the previous kernel leaves alone:
+// DecodeParams). Both layouts, fp32 and bf16 state, B = 1 (a cluster a
+// group on sm_90) and B = 40 (one block a group), through a pool (with a
+// padding row at B = 40).
+TEST_F(CudaOnly, ProgrammaticLaunchReadsTheUpstreamsOutputsAfterItsWait) {
+  for (bool fused : {true, false})
+    for (int64_t batch : {1, 40})
+      for (gdn::Layout layout : {gdn::Layout::kKV, gdn::Layout::kVK})
+        for (gdn::DType state : {gdn::DType::kF32, gdn::DType::kBF16}) {
+          SCOPED_TRACE(std::string(fused ? "fused middle" : "step") + ", B = " + std::to_string(batch) +
+                       (layout == gdn::Layout::kKV ? ", kv, " : ", vk, ") + gdn::to_string(state));
+          CaseSpec spec;
+          spec.name = "pdl late inputs";
+          spec.seed = 31 + uint64_t(batch) + (fused ? 0 : 100);
+          spec.batch = batch;
+          spec.hk = 2;
+          spec.hv = 4;
+          spec.dk = spec.dv = 128;
+          spec.layout = layout;
+          spec.state = state;
+          spec.index = gdn::IndexType::kI32;
+          spec.padding_rows = batch > 1 ? 1 : 0;
+          spec.extra_slots = 2;
+          spec.conv_width = fused ? 4 : 0;
+          spec.conv_bias = fused;
+          spec.norm = fused;
+          const HostCase hc = make_case(spec);
+          DeviceCase dc(hc, gdn::Backend::kCuda);
+
+          // The previous kernel's outputs: their values staged apart, the
+          // buffers the call reads poisoned until the writer fills them.
+          std::vector<std::pair<const std::vector<uint8_t>*, DeviceBuffer*>> late;
+          if (fused) {
+            late = {{&hc.x, &dc.x}, {&hc.z, &dc.z}};
+          } else {
+            late = {{&hc.q, &dc.q}, {&hc.k, &dc.k}, {&hc.v, &dc.v}};
+          }
+          late.push_back({&hc.a, &dc.a});
+          late.push_back({&hc.b, &dc.b});
+          std::vector<DeviceBuffer> staged;
+          LateCopies copies;
+          for (const auto& [bytes, buffer] : late) {
+            staged.emplace_back(gdn::Backend::kCuda, *bytes);
+            buffer->upload(std::vector<uint8_t>(bytes->size(), kCanary));
+            copies.copy[copies.count++] = LateCopy{staged.back().get(), buffer->get(), bytes->size()};
+          }
+
+          cudaStream_t stream;
+          ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+          dc.p.stream = stream;
+          dc.p.programmatic_launch = true;
+          ASSERT_EQ(launch_late_writer(copies, 100, stream), cudaSuccess);
+          const gdn::Status st = gdn::decode(dc.p, gdn::Backend::kCuda);
+          ASSERT_TRUE(st.ok()) << st.message;
+          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+          cudaStreamDestroy(stream);
+
+          uint32_t counter = 0;
+          std::memcpy(&counter, dc.counter.download().data(), 4);
+          const RefResult R = reference_step(hc.ref, hc.pool, hc.conv_pool);
+          if (fused)
+            check_step(hc, R, dc.o.download(), hc.state, dc.state.download(), hc.conv_state,
+                       dc.conv_state.download(), counter);
+          else
+            check_step(hc, R, dc.o.download(), hc.state, dc.state.download(), counter);
+        }
 }
 
 // The fused middle with more groups (row, k-head) than SMs, where a group is
