@@ -155,6 +155,11 @@ void check_step(const HostCase& hc, const RefResult& R, const std::vector<uint8_
                 const std::vector<uint8_t>& state_before, const std::vector<uint8_t>& state_after,
                 uint32_t counter, double out_tol = -1, double st_tol = -1);
 
+// What dc holds after its call (o, the pools, the invalid-index counter)
+// against the reference of hc, through check_step (the conv pool too when
+// the case has the conv).
+void check_device_case(const HostCase& hc, const DeviceCase& dc);
+
 // make_case -> DeviceCase -> run -> reference -> check_step, all in one.
 // With allow_unsupported, a kUnsupported answer passes when nothing was written.
 void run_and_check(const CaseSpec& spec, gdn::Backend backend, bool allow_unsupported = false);

@@ -69,6 +69,23 @@ TEST_F(CudaOnly, GraphCaptureAndReplay) {
   }
 }
 
+// The programmatic-launch tests' case: Hk 2, Hv 4, 128 x 128, the fused
+// middle (conv W = 4 with bias + gated RMSNorm) or the step alone.
+CaseSpec pdl_case(const char* name, uint64_t seed, bool fused, int64_t batch, gdn::Layout layout) {
+  CaseSpec spec;
+  spec.name = name;
+  spec.seed = seed;
+  spec.batch = batch;
+  spec.hk = 2;
+  spec.hv = 4;
+  spec.dk = spec.dv = 128;
+  spec.layout = layout;
+  spec.conv_width = fused ? 4 : 0;
+  spec.conv_bias = fused;
+  spec.norm = fused;
+  return spec;
+}
+
 // The fused middle (conv prologue + gated RMSNorm) and the step alone,
 // launched programmatically (PDL) behind another kernel in a captured graph,
 // at B = 1 (the fused group split over a cluster of blocks on sm_90) and
@@ -82,18 +99,7 @@ TEST_F(CudaOnly, ProgrammaticLaunchInAGraph) {
       for (gdn::Layout layout : {gdn::Layout::kKV, gdn::Layout::kVK}) {
         SCOPED_TRACE(std::string(fused ? "fused middle" : "step") + ", B = " + std::to_string(batch) +
                      (layout == gdn::Layout::kKV ? ", kv" : ", vk"));
-        CaseSpec spec;
-        spec.name = "pdl";
-        spec.seed = 23 + uint64_t(batch) + (fused ? 0 : 100);
-        spec.batch = batch;
-        spec.hk = 2;
-        spec.hv = 4;
-        spec.dk = spec.dv = 128;
-        spec.layout = layout;
-        spec.conv_width = fused ? 4 : 0;
-        spec.conv_bias = fused;
-        spec.norm = fused;
-        const HostCase hc = make_case(spec);
+        const HostCase hc = make_case(pdl_case("pdl", 23 + uint64_t(batch) + (fused ? 0 : 100), fused, batch, layout));
         DeviceCase eager(hc, gdn::Backend::kCuda), pdl(hc, gdn::Backend::kCuda);
         ASSERT_TRUE(eager.run().ok());
 
@@ -123,14 +129,7 @@ TEST_F(CudaOnly, ProgrammaticLaunchInAGraph) {
         ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
 
-        uint32_t counter = 0;
-        std::memcpy(&counter, pdl.counter.download().data(), 4);
-        const RefResult R = reference_step(hc.ref, hc.pool, hc.conv_pool);
-        if (fused)
-          check_step(hc, R, pdl.o.download(), hc.state, pdl.state.download(), hc.conv_state,
-                     pdl.conv_state.download(), counter);
-        else
-          check_step(hc, R, pdl.o.download(), hc.state, pdl.state.download(), counter);
+        check_device_case(hc, pdl);
         EXPECT_TRUE(pdl.o.download() == eager.o.download()) << "B=" << batch << ": output differs from the eager call";
         EXPECT_TRUE(pdl.state.download() == eager.state.download()) << "B=" << batch << ": state differs";
         if (fused) {
@@ -159,21 +158,11 @@ TEST_F(CudaOnly, ProgrammaticLaunchReadsTheUpstreamsOutputsAfterItsWait) {
         for (gdn::DType state : {gdn::DType::kF32, gdn::DType::kBF16}) {
           SCOPED_TRACE(std::string(fused ? "fused middle" : "step") + ", B = " + std::to_string(batch) +
                        (layout == gdn::Layout::kKV ? ", kv, " : ", vk, ") + gdn::to_string(state));
-          CaseSpec spec;
-          spec.name = "pdl late inputs";
-          spec.seed = 31 + uint64_t(batch) + (fused ? 0 : 100);
-          spec.batch = batch;
-          spec.hk = 2;
-          spec.hv = 4;
-          spec.dk = spec.dv = 128;
-          spec.layout = layout;
+          CaseSpec spec = pdl_case("pdl late inputs", 31 + uint64_t(batch) + (fused ? 0 : 100), fused, batch, layout);
           spec.state = state;
           spec.index = gdn::IndexType::kI32;
           spec.padding_rows = batch > 1 ? 1 : 0;
           spec.extra_slots = 2;
-          spec.conv_width = fused ? 4 : 0;
-          spec.conv_bias = fused;
-          spec.norm = fused;
           const HostCase hc = make_case(spec);
           DeviceCase dc(hc, gdn::Backend::kCuda);
 
@@ -205,14 +194,7 @@ TEST_F(CudaOnly, ProgrammaticLaunchReadsTheUpstreamsOutputsAfterItsWait) {
           ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
           cudaStreamDestroy(stream);
 
-          uint32_t counter = 0;
-          std::memcpy(&counter, dc.counter.download().data(), 4);
-          const RefResult R = reference_step(hc.ref, hc.pool, hc.conv_pool);
-          if (fused)
-            check_step(hc, R, dc.o.download(), hc.state, dc.state.download(), hc.conv_state,
-                       dc.conv_state.download(), counter);
-          else
-            check_step(hc, R, dc.o.download(), hc.state, dc.state.download(), counter);
+          check_device_case(hc, dc);
         }
 }
 
