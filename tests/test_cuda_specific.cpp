@@ -143,59 +143,101 @@ TEST_F(CudaOnly, ProgrammaticLaunchInAGraph) {
 }
 
 // A programmatic launch reads what the previous kernel writes (x, z, a, b
-// with the conv and the norm; q, k, v, a, b without) only after its wait:
-// behind a kernel that lets it start at once and writes those inputs 100 us
-// later, over the NaN poison left in them, the call must still match the
-// reference. The other inputs are in place from the start (the pools and
+// with the conv and the norm; q, k, v, a, b without the conv) only after its
+// wait: behind a kernel that lets it start at once and writes those inputs
+// 100 us later, over the NaN poison left in them, the call must still match
+// the reference. The other inputs are in place from the start (the pools and
 // the index arrays the caller promises the previous kernel leaves alone:
-// DecodeParams). Both layouts, fp32 and bf16 state, B = 1 (a cluster a
-// group on sm_90) and B = 40 (one block a group), through a pool (with a
-// padding row at B = 40).
+// DecodeParams; the fused kernels' programmatic twin loads the conv pool and
+// weights before its wait). B = 1 (a cluster a group on sm_90) and B = 40
+// (one block a group), both layouts, through a pool (with a padding row at
+// B = 40):
+// - the fused middle (conv W = 4 + norm) and the step alone, fp32 and bf16
+//   state, bf16 inputs;
+// - bf16 state: the conv alone (W = 2) with fp16 inputs; the norm alone;
+//   the fused middle with rows 3 elements apart (not 16-byte aligned: the
+//   prologue's channel-by-channel form) and a tap-major conv pool.
 TEST_F(CudaOnly, ProgrammaticLaunchReadsTheUpstreamsOutputsAfterItsWait) {
-  for (bool fused : {true, false})
-    for (int64_t batch : {1, 40})
-      for (gdn::Layout layout : {gdn::Layout::kKV, gdn::Layout::kVK})
+  auto late_inputs_case = [](const CaseSpec& spec) {
+    const HostCase hc = make_case(spec);
+    DeviceCase dc(hc, gdn::Backend::kCuda);
+
+    // The previous kernel's outputs: their values staged apart, the
+    // buffers the call reads poisoned until the writer fills them.
+    std::vector<std::pair<const std::vector<uint8_t>*, DeviceBuffer*>> late;
+    if (spec.conv_width > 0) {
+      late = {{&hc.x, &dc.x}};
+    } else {
+      late = {{&hc.q, &dc.q}, {&hc.k, &dc.k}, {&hc.v, &dc.v}};
+    }
+    if (spec.norm) late.push_back({&hc.z, &dc.z});
+    late.push_back({&hc.a, &dc.a});
+    late.push_back({&hc.b, &dc.b});
+    ASSERT_LE(late.size(), size_t(kMaxLateCopies));
+    std::vector<DeviceBuffer> staged;
+    staged.reserve(late.size());
+    LateCopies copies;
+    for (const auto& [bytes, buffer] : late) {
+      staged.emplace_back(gdn::Backend::kCuda, *bytes);
+      buffer->upload(std::vector<uint8_t>(bytes->size(), kCanary));
+      copies.copy[copies.count++] = LateCopy{staged.back().get(), buffer->get(), bytes->size()};
+    }
+
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    dc.p.stream = stream;
+    dc.p.programmatic_launch = true;
+    ASSERT_EQ(launch_late_writer(copies, 100, stream), cudaSuccess);
+    const gdn::Status st = gdn::decode(dc.p, gdn::Backend::kCuda);
+    ASSERT_TRUE(st.ok()) << st.message;
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    cudaStreamDestroy(stream);
+
+    check_device_case(hc, dc);
+  };
+  auto in_a_pool = [](CaseSpec spec) {
+    spec.index = gdn::IndexType::kI32;
+    spec.padding_rows = spec.batch > 1 ? 1 : 0;
+    spec.extra_slots = 2;
+    return spec;
+  };
+  for (int64_t batch : {1, 40})
+    for (gdn::Layout layout : {gdn::Layout::kKV, gdn::Layout::kVK}) {
+      const std::string where =
+          ", B = " + std::to_string(batch) + (layout == gdn::Layout::kKV ? ", kv, " : ", vk, ");
+      for (bool fused : {true, false})
         for (gdn::DType state : {gdn::DType::kF32, gdn::DType::kBF16}) {
-          SCOPED_TRACE(std::string(fused ? "fused middle" : "step") + ", B = " + std::to_string(batch) +
-                       (layout == gdn::Layout::kKV ? ", kv, " : ", vk, ") + gdn::to_string(state));
+          SCOPED_TRACE(std::string(fused ? "fused middle" : "step") + where + gdn::to_string(state));
           CaseSpec spec = pdl_case("pdl late inputs", 31 + uint64_t(batch) + (fused ? 0 : 100), fused, batch, layout);
           spec.state = state;
-          spec.index = gdn::IndexType::kI32;
-          spec.padding_rows = batch > 1 ? 1 : 0;
-          spec.extra_slots = 2;
-          const HostCase hc = make_case(spec);
-          DeviceCase dc(hc, gdn::Backend::kCuda);
-
-          // The previous kernel's outputs: their values staged apart, the
-          // buffers the call reads poisoned until the writer fills them.
-          std::vector<std::pair<const std::vector<uint8_t>*, DeviceBuffer*>> late;
-          if (fused) {
-            late = {{&hc.x, &dc.x}, {&hc.z, &dc.z}};
-          } else {
-            late = {{&hc.q, &dc.q}, {&hc.k, &dc.k}, {&hc.v, &dc.v}};
-          }
-          late.push_back({&hc.a, &dc.a});
-          late.push_back({&hc.b, &dc.b});
-          std::vector<DeviceBuffer> staged;
-          LateCopies copies;
-          for (const auto& [bytes, buffer] : late) {
-            staged.emplace_back(gdn::Backend::kCuda, *bytes);
-            buffer->upload(std::vector<uint8_t>(bytes->size(), kCanary));
-            copies.copy[copies.count++] = LateCopy{staged.back().get(), buffer->get(), bytes->size()};
-          }
-
-          cudaStream_t stream;
-          ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-          dc.p.stream = stream;
-          dc.p.programmatic_launch = true;
-          ASSERT_EQ(launch_late_writer(copies, 100, stream), cudaSuccess);
-          const gdn::Status st = gdn::decode(dc.p, gdn::Backend::kCuda);
-          ASSERT_TRUE(st.ok()) << st.message;
-          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-          cudaStreamDestroy(stream);
-
-          check_device_case(hc, dc);
+          late_inputs_case(in_a_pool(spec));
         }
+      const uint64_t seed = 61 + uint64_t(batch);
+      CaseSpec base = pdl_case("pdl late inputs", seed, true, batch, layout);
+      base.state = gdn::DType::kBF16;
+      {
+        SCOPED_TRACE("conv alone, W = 2, fp16 inputs" + where + "bf16");
+        CaseSpec spec = base;
+        spec.norm = false;
+        spec.conv_width = 2;
+        spec.qkv = spec.ab = spec.out = gdn::DType::kF16;
+        late_inputs_case(in_a_pool(spec));
+      }
+      {
+        SCOPED_TRACE("norm alone" + where + "bf16");
+        CaseSpec spec = base;
+        spec.conv_width = 0;
+        spec.conv_bias = false;
+        late_inputs_case(in_a_pool(spec));
+      }
+      {
+        SCOPED_TRACE("fused middle, unaligned rows, tap-major conv pool" + where + "bf16");
+        CaseSpec spec = base;
+        spec.pad_batch = 3;
+        spec.conv_tap_major = true;
+        late_inputs_case(in_a_pool(spec));
+      }
+    }
 }
 
 // The fused middle with more groups (row, k-head) than SMs, where a group is

@@ -523,7 +523,7 @@ __device__ __forceinline__ void store_run(E* ptr, const E (&v)[N]) {
 // at B = 1: bf16 vk 7.35 -> 5.78 us, fp32 vk 7.40 -> 6.70, fp32 kv 7.70 ->
 // 6.78 and bf16 kv 7.18 -> 6.32 (kv with its state issued first, see
 // start_fused_loads); B = 8 1-7% faster, B = 64 within 1.2%.
-template <typename IO, int kW, int kRun, typename Issue, typename Params>
+template <typename IO, int kW, int kRun, bool kPdl, typename Issue, typename Params>
 __device__ __forceinline__ void fused_prologue_runs(const Params& p, const Group& grp, const RowSlots& slots,
                                                     const FusedSmem& sm, Issue&& issue_state) {
   constexpr int kTaps = kW > 0 ? kW - 1 : 1;  // old inputs a channel keeps
@@ -561,8 +561,19 @@ __device__ __forceinline__ void fused_prologue_runs(const Params& p, const Group
     };
     const E* z = static_cast<const E*>(p.z) +
                  (n_z > 0 ? grp.b * p.z_batch_stride + int64_t(h_lo) * p.z_head_stride + j_lo : 0);
+    // The gates' inputs: a plain launch's first (its wait, in
+    // start_fused_loads, is passed); kPdl: after the wait below.
     GateInputs<IO> gin;
-    if (gate_g >= 0) gin = load_gate_inputs<IO>(p, grp.b, group_head(p, grp.hk, gate_g, G));
+    if constexpr (!kPdl) {
+      if (gate_g >= 0) gin = load_gate_inputs<IO>(p, grp.b, group_head(p, grp.hk, gate_g, G));
+    }
+    [[maybe_unused]] bool waited = false;
+    [[maybe_unused]] auto wait_then_gates = [&] {
+      wait_upstream();
+      GDN_MARK(1);
+      waited = true;
+      if (gate_g >= 0) gin = load_gate_inputs<IO>(p, grp.b, group_head(p, grp.hk, gate_g, G));
+    };
     for (int s = tid; s < n_runs; s += nthreads) {
       // ---- loads, raw: a run past its range reads run 0 instead (a valid
       // address), so no load waits in a branch of its own.
@@ -570,15 +581,25 @@ __device__ __forceinline__ void fused_prologue_runs(const Params& p, const Group
       const int m = kRun * s;
       Run nw, zv, xc, bv, old[kTaps], wv[kW > 0 ? kW : 1];
       if (n_w > 0) nw.load(nwp + (m < n_w ? m : 0));
-      if (n_z > 0) zv.load(z + (m < n_z ? m : 0));
+      if constexpr (!kPdl) {
+        if (n_z > 0) zv.load(z + (m < n_z ? m : 0));
+      }
       const int64_t c = kW > 0 ? channel(m < n_conv ? m : 0) : 0;
       if constexpr (kW > 0) {
 #pragma unroll
         for (int t = 0; t < kTaps; ++t) old[t].load(cs_in + c * kTaps + kRun * t);
 #pragma unroll
         for (int t = 0; t < kW; ++t) wv[t].load(wt + c * kW + kRun * t);
-        xc.load(x + c);
+        if constexpr (!kPdl) xc.load(x + c);
         if (bias) bv.load(bias + c);
+      }
+      if constexpr (kPdl) {
+        // A programmatic launch (start_fused_loads): the loads above, which
+        // the previous kernel does not feed, went out before its wait; z and
+        // x, which it writes, only after.
+        if (!waited) wait_then_gates();
+        if (n_z > 0) zv.load(z + (m < n_z ? m : 0));
+        if constexpr (kW > 0) xc.load(x + c);
       }
       GDN_MARK(9);
       if (!issued) {
@@ -647,6 +668,9 @@ __device__ __forceinline__ void fused_prologue_runs(const Params& p, const Group
       }
     }
     GDN_MARK(11);
+    if constexpr (kPdl) {
+      if (!waited) wait_then_gates();  // a thread with no run
+    }
     if (gate_g >= 0) {
       const Gates gt = finish_gates(p, gin);
       sm.decay[gate_g] = gt.decay;
@@ -697,7 +721,7 @@ __device__ __forceinline__ bool prologue_runs_aligned(const Group& grp) {
 // waits on (bench_fused trace), so more slots cost more than a second round
 // saves: with 4, B = 1 fp32 vk (two of them unused) went 7.25 -> 7.98 us and
 // bf16 vk (4-warp blocks, 272 channels: two rounds with 2) 7.47 -> 7.94.
-template <typename IO, int kRun, typename Issue, typename Params>
+template <typename IO, int kRun, bool kPdl, typename Issue, typename Params>
 __device__ __forceinline__ void fused_prologue(const Params& p, const Group& grp, const RowSlots& slots,
                                                const FusedSmem& sm, Issue&& issue_state) {
   constexpr int kPer = 2;
@@ -725,10 +749,10 @@ __device__ __forceinline__ void fused_prologue(const Params& p, const Group& grp
       auto by_runs = [&](auto run_tag) {  // run_tag: the run size, a std::integral_constant
         constexpr int kR = decltype(run_tag)::value;
         switch (W) {
-          case 0: fused_prologue_runs<IO, 0, kR>(p, grp, slots, sm, issue_state); return;
-          case 2: fused_prologue_runs<IO, 2, kR>(p, grp, slots, sm, issue_state); return;
-          case 3: fused_prologue_runs<IO, 3, kR>(p, grp, slots, sm, issue_state); return;
-          default: fused_prologue_runs<IO, 4, kR>(p, grp, slots, sm, issue_state); return;
+          case 0: fused_prologue_runs<IO, 0, kR, kPdl>(p, grp, slots, sm, issue_state); return;
+          case 2: fused_prologue_runs<IO, 2, kR, kPdl>(p, grp, slots, sm, issue_state); return;
+          case 3: fused_prologue_runs<IO, 3, kR, kPdl>(p, grp, slots, sm, issue_state); return;
+          default: fused_prologue_runs<IO, 4, kR, kPdl>(p, grp, slots, sm, issue_state); return;
         }
       };
       if constexpr (kRun > 2) {
@@ -736,6 +760,11 @@ __device__ __forceinline__ void fused_prologue(const Params& p, const Group& grp
       }
       return by_runs(std::integral_constant<int, kRun>{});
     }
+  }
+  if constexpr (kPdl) {
+    // (this form reads everything after the wait)
+    wait_upstream();
+    GDN_MARK(1);
   }
   bool issued = false;
   with_dtype<IO>(p.qkv_dtype, [&](auto tag) {
@@ -1025,19 +1054,37 @@ __device__ __forceinline__ void start_step_loads(const Params& p, bool small_loa
 //   prologue, fp32 kv at B = 64 ran 83.0 -> 88.1 us); vk (128 registers)
 //   right behind the prologue's loads.
 // kRun: channels a thread's prologue runs take (fused_prologue_runs).
-template <typename IO, int kRun, bool kKvOrder, typename IssueState, typename IssueSmall, typename Params>
+// kPdl (the programmatic launch's instantiation, sm_90; fused_kernel_for):
+// the state's copies, then the prologue's loads that the previous kernel
+// does not feed (conv state, conv and norm weights), then the wait, then x,
+// z, a and b (fused_prologue_runs), where the plain order waits first.
+// H200, bench_fused, 2026-12-03 (round 28): the fused middle at B = 1
+// behind the upstream stand-in 0.35-0.78 us a call faster under PDL (PDL's
+// gain 0.67-1.02 -> 1.20-1.75 us), the plain launch's 12 rows unchanged
+// (within 0.2%). Its own instantiation: the same order behind a run-time
+// flag cost the plain launch 2-13% at B = 1 and 8 (round 27), and the
+// weights ahead of x and z in every launch 1-5%. Built for the 16-bit inputs
+// a served model's projection writes (kPdlInputs; the sm_90 library 26.9 ->
+// 28.4 MB); fp32 and mixed inputs keep the plain order under a programmatic
+// launch (every prologue load after the wait).
+template <typename IO>
+constexpr bool kPdlInputs = std::is_same<IO, bf16>::value || std::is_same<IO, fp16>::value;
+template <typename IO, int kRun, bool kKvOrder, bool kPdl, typename IssueState, typename IssueSmall,
+          typename Params>
 __device__ __forceinline__ void start_fused_loads(const Params& p, const Group& grp, const RowSlots& slots,
                                                   const FusedSmem& sm, IssueState&& issue_state,
                                                   IssueSmall&& issue_small) {
   fused_begin(p, grp, sm);
   // in a cluster: the state's copies once the prologue's loads have landed
   // (late); kv in one block a group: first.
-  const bool late = grp.size > 1 && !p.programmatic_launch;
-  const bool state_first = !late && (p.programmatic_launch || kKvOrder);
+  const bool late = grp.size > 1 && !p.programmatic_launch && !kPdl;
+  const bool state_first = !late && (p.programmatic_launch || kKvOrder || kPdl);
   if (state_first) issue_state();
-  wait_upstream();
-  GDN_MARK(1);
-  fused_prologue<IO, kRun>(p, grp, slots, sm, [&] {
+  if constexpr (!kPdl) {
+    wait_upstream();
+    GDN_MARK(1);
+  }
+  fused_prologue<IO, kRun, kPdl>(p, grp, slots, sm, [&] {
     if (!state_first && !late) issue_state();
   });
   if (late) issue_state();
@@ -1095,7 +1142,7 @@ constexpr int vk_min_blocks() {
 // squares in the one fixed order once its Dv outputs are in. The launch
 // takes it only where every warp of every block has an item.
 template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused, bool kNormOnly, int kHints,
-          bool kStepNorm = false, typename Params>
+          bool kStepNorm = false, bool kPdl = false, typename Params>
 __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, int items_per_warp,
                                           FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map,
                                           bool small_loads_first, float scale, int group_heads, int warps_per_head,
@@ -1104,8 +1151,9 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
   static_assert(kFused || !kNormOnly, "kNormOnly is a fused instantiation");
   // kNormOnly runs only in clusters, i.e. from sm_90 code: compiled for
   // sm_80 it is never launched, so it is left empty there.
-  // kStepNorm likewise: the launch takes it only from sm_90 code.
-  if constexpr ((kNormOnly || kStepNorm) && !kClusterCode) {
+  // kStepNorm likewise: the launch takes it only from sm_90 code, and kPdl
+  // (a programmatic launch's fused kernel) too, for 16-bit inputs.
+  if constexpr (((kNormOnly || kStepNorm) && !kClusterCode) || (kPdl && (!kClusterCode || !kPdlInputs<IO>))) {
 #if !defined(GDN_HIP)
     __trap();
 #endif
@@ -1436,7 +1484,7 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
     GDN_MARK(13);
   } else {
     if constexpr (kFused)
-      start_fused_loads<IO, prologue_run<Layout::kVK>(), false>(p, grp, slots, sm, issue_state, issue_small);
+      start_fused_loads<IO, prologue_run<Layout::kVK>(), false, kPdl>(p, grp, slots, sm, issue_state, issue_small);
     else
       start_step_loads(p, small_loads_first, issue_state, issue_small);
     // ... then the values.
@@ -1587,12 +1635,13 @@ __global__ void __launch_bounds__(8 * kWarp, (vk_min_blocks<T, false>()))
                                                                   small_loads_first, scale, 1, 1, 1, FusedArgs{});
 }
 // The fused kernels' entry point (same parameter order as the step's).
-template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kNormOnly>
+// kPdl: a programmatic launch's (start_fused_loads).
+template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kNormOnly, bool kPdl = false>
 __global__ void __launch_bounds__(8 * kWarp, (vk_min_blocks<T, true>()))
     decode_vk_fused_kernel(int items_per_head, int items_per_warp, FastDiv by_blocks_per_head, FastDiv by_hv,
                            FastDiv by_head_map, bool small_loads_first, const __grid_constant__ KernelParams p,
                            float scale, int group_heads, int warps_per_head, int cluster, FusedArgs fdiv) {
-  decode_vk<T, kLayout, kDk, kP, IO, true, kNormOnly, kFusedL2Hints>(
+  decode_vk<T, kLayout, kDk, kP, IO, true, kNormOnly, kFusedL2Hints, false, kPdl>(
       p, items_per_head, items_per_warp, by_blocks_per_head, by_hv, by_head_map, small_loads_first, scale, group_heads,
       warps_per_head, cluster, fdiv);
 }
@@ -1814,11 +1863,13 @@ struct KvRegTile {
 // option (conv_width) and then q's address right before it issues q and k,
 // and in KernelParams' order those are two lines missed one after the other
 // (step + norm kv at B = 1 3-4% slower); in DecodeParams' they are not.
-template <typename T, int kDk, int kW, typename IO, bool kNormOnly>
+template <typename T, int kDk, int kW, typename IO, bool kNormOnly, bool kPdl = false>
 __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) : 1)
     decode_kv_fused_kernel(const __grid_constant__ DecodeParams p, int tiles_per_head, int tiles_per_block,
                            FastDiv by_hv, float scale, int group_heads, int cluster, FusedArgs fdiv) {
-  if constexpr (kNormOnly && !kClusterCode) {
+  // kPdl (a programmatic launch's, start_fused_loads): sm_90 code and
+  // 16-bit inputs only, as the launch takes it
+  if constexpr ((kNormOnly && !kClusterCode) || (kPdl && (!kClusterCode || !kPdlInputs<IO>))) {
 #if !defined(GDN_HIP)
     __trap();
 #endif
@@ -1974,7 +2025,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
     fused_arrive(p, grp, sm);  // (no conv windows: only the outputs' mbarrier)
     GDN_MARK(13);
   } else {
-    start_fused_loads<IO, prologue_run<Layout::kKV>(), true>(p, grp, slots, sm, issue_state, issue_small);
+    start_fused_loads<IO, prologue_run<Layout::kKV>(), true, kPdl>(p, grp, slots, sm, issue_state, issue_small);
   }
   // ... then the values.
   float vj = convert_v(v_first);
@@ -2356,17 +2407,53 @@ constexpr size_t smem_bytes(int warps_per_block) {
 #endif
 }
 
-// The kernel of (T, kLayout, kDk, kP, IO, kFused, kNormOnly).
-template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused = false, bool kNormOnly = false>
+// The kernel of (T, kLayout, kDk, kP, IO, kFused, kNormOnly, kPdl).
+template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused = false, bool kNormOnly = false,
+          bool kPdl = false>
 const void* kernel_of() {
   if constexpr (kLayout == Layout::kKV && !kFused)
     return reinterpret_cast<const void*>(&decode_kv_step_kernel<T, kDk, kP, IO, 0>);
   else if constexpr (kLayout == Layout::kKV)
-    return reinterpret_cast<const void*>(&decode_kv_fused_kernel<T, kDk, kP, IO, kNormOnly>);
+    return reinterpret_cast<const void*>(&decode_kv_fused_kernel<T, kDk, kP, IO, kNormOnly, kPdl>);
   else if constexpr (!kFused)
     return reinterpret_cast<const void*>(&decode_vk_step_kernel<T, kLayout, kDk, kP, IO, 0>);
   else
-    return reinterpret_cast<const void*>(&decode_vk_fused_kernel<T, kLayout, kDk, kP, IO, kNormOnly>);
+    return reinterpret_cast<const void*>(&decode_vk_fused_kernel<T, kLayout, kDk, kP, IO, kNormOnly, kPdl>);
+}
+
+// The fused kernel of (T, kLayout, kDk, kP, IO, kNormOnly, kPdl), typed.
+template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kNormOnly, bool kPdl>
+constexpr auto fused_kernel() {
+  if constexpr (kLayout == Layout::kKV)
+    return &decode_kv_fused_kernel<T, kDk, kP, IO, kNormOnly, kPdl>;
+  else
+    return &decode_vk_fused_kernel<T, kLayout, kDk, kP, IO, kNormOnly, kPdl>;
+}
+
+// The fused kernel a launch runs (kP: kv's tile of kW warps): the general
+// one, or from sm_90 code a twin, the norm alone in clusters (norm_only,
+// uniform IO) or a programmatic launch's (pdl, 16-bit inputs:
+// start_fused_loads). Chosen here, where IO is a template parameter, not in
+// launch_decode's nested generic lambdas: there g++ 12.2 folds a condition
+// such as `if constexpr (kFused && !std::is_same<IO, MixedIO>::value)` once,
+// for the first IO it instantiates, and keeps that for the others (a
+// 25-line reproducer: g++ and nvcc on it wrong, clang right). So the kPdl
+// twin was never launched (round 27, found by disassembly) and MixedIO's
+// norm-alone launches took the kNormOnly twin, which then needed its
+// shared-memory opt-in ("invalid resource handle", 2026-12-01).
+template <typename T, Layout kLayout, int kDk, int kP, typename IO>
+auto fused_kernel_for(bool norm_only, bool pdl) {
+#if !defined(GDN_HIP)
+  if constexpr (!std::is_same<IO, MixedIO>::value) {
+    if (norm_only) return fused_kernel<T, kLayout, kDk, kP, IO, true, false>();
+  }
+  if constexpr (kPdlInputs<IO>) {
+    if (pdl) return fused_kernel<T, kLayout, kDk, kP, IO, false, true>();
+  }
+#endif
+  (void)norm_only;
+  (void)pdl;
+  return fused_kernel<T, kLayout, kDk, kP, IO, false, false>();
 }
 
 // Whether the vk kernel's q and k rows (read from global memory when the
@@ -2513,13 +2600,42 @@ bool step_norm_ready(size_t smem) {
 }
 #endif
 
+// The step kernel of (T, kLayout, kDk, kP, IO, kHints, kNorm), typed (kv:
+// kP is the tile's warps).
+template <typename T, Layout kLayout, int kDk, int kP, typename IO, int kHints, bool kNorm>
+constexpr auto step_kernel() {
+  if constexpr (kLayout == Layout::kKV)
+    return &decode_kv_step_kernel<T, kDk, kP, IO, kHints, kNorm>;
+  else
+    return &decode_vk_step_kernel<T, kLayout, kDk, kP, IO, kHints, kNorm>;
+}
+
+// The step + norm kernel a launch runs (Launch::step_norm), with its L2
+// policies (hints) or without, its limits raised; none (nullptr) for
+// MixedIO, to which plan_launch never gives it, and on HIP. A function
+// template, for the reason fused_kernel_for gives: in launch_decode's
+// lambdas g++ compiled the MixedIO instantiations of this kernel too.
+template <typename T, Layout kLayout, int kDk, int kP, typename IO, int kHints>
+auto step_norm_kernel(size_t smem, bool hints) {
+  using Kernel = decltype(step_kernel<T, kLayout, kDk, kP, IO, 0, false>());
+#if !defined(GDN_HIP)
+  if constexpr (!std::is_same<IO, MixedIO>::value) {
+    step_norm_ready<T, kLayout, kDk, kP, IO>(smem);
+    if constexpr (kHints != 0) {
+      if (hints) return Kernel(step_kernel<T, kLayout, kDk, kP, IO, kHints, true>());
+    }
+    return Kernel(step_kernel<T, kLayout, kDk, kP, IO, 0, true>());
+  }
+#endif
+  (void)smem;
+  (void)hints;
+  return Kernel(nullptr);
+}
+
 // The fused instantiations' dynamic shared-memory limit, raised once per
 // device (as above) to the most any launch of them asks for: 8 warps' ring,
-// a group of kMaxFusedGroup heads, Dv = kMaxHeadDim. The kNormOnly twin is
-// referenced for every IO, MixedIO too, although the launch never runs that
-// one: built without it, every MixedIO launch of the fused kernel failed on
-// the H200 with "invalid resource handle" (nvcc 13.0, 2026-12-01; the
-// cause was not found).
+// a group of kMaxFusedGroup heads, Dv = kMaxHeadDim; for the twins too
+// where fused_kernel_for runs them.
 template <typename T, Layout kLayout, int kDk, int kP, typename IO>
 bool fused_ready() {
   static std::atomic<int> cache[kMaxCachedDevices];
@@ -2534,8 +2650,11 @@ bool fused_ready() {
     static_assert(smem <= GDN_MAX_BLOCK_SMEM, "the ring and the fused stages exceed a block's shared memory");
     (void)cudaFuncSetAttribute(kernel_of<T, kLayout, kDk, kP, IO, true>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                int(smem));
-    if constexpr (kClusters)
+    if constexpr (kClusters && !std::is_same<IO, MixedIO>::value)
       (void)cudaFuncSetAttribute(kernel_of<T, kLayout, kDk, kP, IO, true, true>(),
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if constexpr (kClusters && kPdlInputs<IO>)
+      (void)cudaFuncSetAttribute(kernel_of<T, kLayout, kDk, kP, IO, true, false, true>(),
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     (void)cudaGetLastError();
     return 1;
@@ -2989,16 +3108,12 @@ cudaError_t launch_decode(const DecodeParams& caller, const Launch& g, cudaStrea
                                    smem_bytes<T, kLayout, kDk, kW>(kW) + fused_smem, stream, pdl, g.cluster, p,
                                    g.items_per_head, g.items_per_warp, by_hv, scale, g.group_heads, g.cluster, fdiv);
             };
-#if !defined(GDN_HIP)
             // The norm alone in clusters whose blocks each own columns of
-            // one head, at most one a thread: its own instantiation.
-            if constexpr (!std::is_same<IO, MixedIO>::value) {
-              if (p.conv_width == 0 && g.cluster > 1 && g.items_per_head % g.items_per_warp == 0 &&
-                  g.items_per_warp * KvTile<T, kDk, kW>::kCols <= KvTile<T, kDk, kW>::kThreads)
-                return launch_kv(&decode_kv_fused_kernel<T, kDk, kW, IO, true>);
-            }
-#endif
-            return launch_kv(&decode_kv_fused_kernel<T, kDk, kW, IO, false>);
+            // one head, at most one a thread, has its own instantiation, and
+            // so has a programmatic launch (fused_kernel_for).
+            const bool norm_only = p.conv_width == 0 && g.cluster > 1 && g.items_per_head % g.items_per_warp == 0 &&
+                                   g.items_per_warp * KvTile<T, kDk, kW>::kCols <= KvTile<T, kDk, kW>::kThreads;
+            return launch_kv(fused_kernel_for<T, kLayout, kDk, kW, IO>(norm_only, pdl && p.programmatic_launch));
           } else {
             auto launch_step = [&](auto kernel) {
               return launch_kernel(kernel, blocks, unsigned(KvTile<T, kDk, kW>::kThreads),
@@ -3013,14 +3128,10 @@ cudaError_t launch_decode(const DecodeParams& caller, const Launch& g, cudaStrea
 #endif
 #if !defined(GDN_HIP)
             // The norm alone as the step's epilogue (plan_launch)
-            if constexpr (!std::is_same<IO, MixedIO>::value) {
-              if (g.step_norm) {
-                step_norm_ready<T, kLayout, kDk, kW, IO>(kv_step_smem_bytes<T, kDk, kW>());
-                if constexpr (kHints != 0) {
-                  if (g.l2_hints != 0) return launch_step(&decode_kv_step_kernel<T, kDk, kW, IO, kHints, true>);
-                }
-                return launch_step(&decode_kv_step_kernel<T, kDk, kW, IO, 0, true>);
-              }
+            if (g.step_norm) {
+              const auto kernel =
+                  step_norm_kernel<T, kLayout, kDk, kW, IO, kHints>(kv_step_smem_bytes<T, kDk, kW>(), g.l2_hints != 0);
+              return kernel != nullptr ? launch_step(kernel) : cudaErrorNotSupported;
             }
 #endif
 #if GDN_L2_HINTS
@@ -3049,13 +3160,10 @@ cudaError_t launch_decode(const DecodeParams& caller, const Launch& g, cudaStrea
           };
 #if !defined(GDN_HIP)
           // The norm alone as the step's epilogue (plan_launch)
-          if constexpr (!std::is_same<IO, MixedIO>::value) {
-            if (g.step_norm) {
-              constexpr int kHints = step_l2_hints<T, kLayout, kDk, kP>();
-              step_norm_ready<T, kLayout, kDk, kP, IO>(smem_bytes<T, kLayout, kDk, kP>(8));
-              if (g.l2_hints != 0) return launch_step(&decode_vk_step_kernel<T, kLayout, kDk, kP, IO, kHints, true>);
-              return launch_step(&decode_vk_step_kernel<T, kLayout, kDk, kP, IO, 0, true>);
-            }
+          if (g.step_norm) {
+            const auto kernel = step_norm_kernel<T, kLayout, kDk, kP, IO, step_l2_hints<T, kLayout, kDk, kP>()>(
+                smem_bytes<T, kLayout, kDk, kP>(8), g.l2_hints != 0);
+            return kernel != nullptr ? launch_step(kernel) : cudaErrorNotSupported;
           }
 #endif
 #if GDN_L2_HINTS
@@ -3069,16 +3177,12 @@ cudaError_t launch_decode(const DecodeParams& caller, const Launch& g, cudaStrea
                                g.items_per_warp, by_bph, by_hv, by_head_map, g.small_loads_first, kp, scale,
                                g.group_heads, g.warps_per_head, g.cluster, fdiv);
         };
-#if !defined(GDN_HIP)
         // The norm alone in clusters whose blocks each own columns of one
-        // head, at most one a thread: its own instantiation.
-        if constexpr (kFused && !std::is_same<IO, MixedIO>::value) {
-          if (p.conv_width == 0 && g.cluster > 1 && g.warps_per_head % g.warps_per_block == 0 &&
-              g.items_per_warp * cols_per_item<T, kLayout, kDk, kP>() <= kWarp)
-            return launch_vk(&decode_vk_fused_kernel<T, kLayout, kDk, kP, IO, true>);
-        }
-#endif
-        return launch_vk(&decode_vk_fused_kernel<T, kLayout, kDk, kP, IO, false>);
+        // head, at most one a thread, has its own instantiation, and so has
+        // a programmatic launch (fused_kernel_for).
+        const bool norm_only = p.conv_width == 0 && g.cluster > 1 && g.warps_per_head % g.warps_per_block == 0 &&
+                               g.items_per_warp * cols_per_item<T, kLayout, kDk, kP>() <= kWarp;
+        return launch_vk(fused_kernel_for<T, kLayout, kDk, kP, IO>(norm_only, pdl && p.programmatic_launch));
       }
     };
     return g.fused ? go(std::true_type{}) : go(std::false_type{});

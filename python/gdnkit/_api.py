@@ -211,8 +211,9 @@ def decode(
     CPU arrays run on the host backend (synchronously), CUDA arrays on the CUDA backend
     (asynchronously on `stream`). programmatic_launch=True (CUDA sm_90; ignored
     elsewhere): the kernel may start while the previous kernel on the stream runs,
-    issuing its state loads before it waits for that kernel; the caller promises the
-    previous kernel writes neither pool nor the index arrays.
+    issuing its state loads (and, with 16-bit inputs, the conv state and the conv and
+    norm weights) before it waits for that kernel; the caller promises the previous
+    kernel writes neither pool, the index arrays, nor the conv and norm weights.
     """
     if state is None:
         raise ValueError("state: required")

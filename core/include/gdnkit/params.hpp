@@ -112,13 +112,15 @@ struct DecodeParams {
   // ---- execution -----------------------------------------------------------
   void* stream{nullptr};  // cudaStream_t / hipStream_t; ignored by the host backend
   // Programmatic dependent launch (CUDA sm_90): the kernel may start while the
-  // previous kernel on the stream is still running; it reads the index arrays
-  // and issues its first state loads, then waits for that kernel
-  // (griddepcontrol.wait) before reading x/q/k/v, a/b, z and the conv state.
-  // The caller promises that the previous kernel writes neither the state
-  // pool nor the index arrays. Ignored where the GPU lacks it (sm_80, AMD)
-  // and by the host backend. A one-wave grid then pads its shared memory so
-  // its blocks spread over the SMs (docs/operation.md).
+  // previous kernel on the stream is still running; it reads the index arrays,
+  // issues its first state loads and (with 16-bit inputs) loads the conv
+  // state, conv_weight, conv_bias and norm_weight, then waits for that kernel
+  // (griddepcontrol.wait) before reading x/q/k/v, a/b and z. The caller
+  // promises that the previous kernel writes none of those read before the
+  // wait: neither pool, the index arrays, nor the conv and norm weights.
+  // Ignored where the GPU lacks it (sm_80, AMD) and by the host backend. A
+  // one-wave grid then pads its shared memory so its blocks spread over the
+  // SMs (docs/operation.md).
   bool programmatic_launch{false};
 };
 
