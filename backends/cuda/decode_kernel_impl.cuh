@@ -2407,20 +2407,6 @@ constexpr size_t smem_bytes(int warps_per_block) {
 #endif
 }
 
-// The kernel of (T, kLayout, kDk, kP, IO, kFused, kNormOnly, kPdl).
-template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused = false, bool kNormOnly = false,
-          bool kPdl = false>
-const void* kernel_of() {
-  if constexpr (kLayout == Layout::kKV && !kFused)
-    return reinterpret_cast<const void*>(&decode_kv_step_kernel<T, kDk, kP, IO, 0>);
-  else if constexpr (kLayout == Layout::kKV)
-    return reinterpret_cast<const void*>(&decode_kv_fused_kernel<T, kDk, kP, IO, kNormOnly, kPdl>);
-  else if constexpr (!kFused)
-    return reinterpret_cast<const void*>(&decode_vk_step_kernel<T, kLayout, kDk, kP, IO, 0>);
-  else
-    return reinterpret_cast<const void*>(&decode_vk_fused_kernel<T, kLayout, kDk, kP, IO, kNormOnly, kPdl>);
-}
-
 // The fused kernel of (T, kLayout, kDk, kP, IO, kNormOnly, kPdl), typed.
 template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kNormOnly, bool kPdl>
 constexpr auto fused_kernel() {
@@ -2428,6 +2414,27 @@ constexpr auto fused_kernel() {
     return &decode_kv_fused_kernel<T, kDk, kP, IO, kNormOnly, kPdl>;
   else
     return &decode_vk_fused_kernel<T, kLayout, kDk, kP, IO, kNormOnly, kPdl>;
+}
+
+// The step kernel of (T, kLayout, kDk, kP, IO, kHints, kNorm), typed (kv:
+// kP is the tile's warps).
+template <typename T, Layout kLayout, int kDk, int kP, typename IO, int kHints, bool kNorm>
+constexpr auto step_kernel() {
+  if constexpr (kLayout == Layout::kKV)
+    return &decode_kv_step_kernel<T, kDk, kP, IO, kHints, kNorm>;
+  else
+    return &decode_vk_step_kernel<T, kLayout, kDk, kP, IO, kHints, kNorm>;
+}
+
+// The kernel of (T, kLayout, kDk, kP, IO, kFused, kNormOnly, kPdl), untyped
+// (the step's without L2 policies or norm).
+template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused = false, bool kNormOnly = false,
+          bool kPdl = false>
+const void* kernel_of() {
+  if constexpr (kFused)
+    return reinterpret_cast<const void*>(fused_kernel<T, kLayout, kDk, kP, IO, kNormOnly, kPdl>());
+  else
+    return reinterpret_cast<const void*>(step_kernel<T, kLayout, kDk, kP, IO, 0, false>());
 }
 
 // The fused kernel a launch runs (kP: kv's tile of kW warps): the general
@@ -2599,16 +2606,6 @@ bool step_norm_ready(size_t smem) {
   }) == 1;
 }
 #endif
-
-// The step kernel of (T, kLayout, kDk, kP, IO, kHints, kNorm), typed (kv:
-// kP is the tile's warps).
-template <typename T, Layout kLayout, int kDk, int kP, typename IO, int kHints, bool kNorm>
-constexpr auto step_kernel() {
-  if constexpr (kLayout == Layout::kKV)
-    return &decode_kv_step_kernel<T, kDk, kP, IO, kHints, kNorm>;
-  else
-    return &decode_vk_step_kernel<T, kLayout, kDk, kP, IO, kHints, kNorm>;
-}
 
 // The step + norm kernel a launch runs (Launch::step_norm), with its L2
 // policies (hints) or without, its limits raised; none (nullptr) for
