@@ -1459,7 +1459,12 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
   }
   if constexpr (kDirect) {
     fused_begin(p, grp, sm);
-    if (p.programmatic_launch) issue_state();
+    if (p.programmatic_launch) {
+      // (see the kv kernel's kDirect: the warp syncs after thread 0's
+      // mbarrier.init)
+      issue_order_fence();
+      issue_state();
+    }
     wait_upstream();
     GDN_MARK(1);
     issue_small();
@@ -2004,7 +2009,20 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
   float head_decay = 0.0f, head_beta = 0.0f;
   if constexpr (kDirect) {
     fused_begin(p, grp, sm);
-    if (p.programmatic_launch) issue_state();
+    if (p.programmatic_launch) {
+      // The warp syncs first. ptxas issues thread 0's mbarrier.init
+      // (fused_begin) as one warp-wide instruction on uniform registers
+      // (SYNCS.EXCH.64, sm_90), which racecheck counts as a write by every
+      // lane of warp 0, and thread 0's own arrive on that mbarrier
+      // (fused_arrive) as a read racing with it unless a warp-level sync
+      // stands between them. The plain order has its issue_order_fence
+      // there; this one had none: 3 racecheck warnings, in both layouts,
+      // results right (H200, 2026-12-03, bench/RESULTS.md round 29). The
+      // same sync in fused_begin, for every fused kernel, cost the fused
+      // middle 1-1.5% at B = 1 and 8 (round 29): only this order has it.
+      issue_order_fence();
+      issue_state();
+    }
     wait_upstream();
     GDN_MARK(1);
     issue_small();
