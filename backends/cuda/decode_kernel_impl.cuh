@@ -456,7 +456,10 @@ __device__ __forceinline__ int64_t group_channel(const Params& p, int hk, int G,
 }
 
 // Before the prologue (thread 0 of a cluster block, norm on): the outputs'
-// mbarrier is initialized.
+// mbarrier is initialized. Its caller puts a warp-level sync between this
+// and fused_arrive (the prologue's block barrier, or issue_order_fence in
+// the norm-alone order), without which racecheck reports a race: see the
+// kv kernel's kDirect.
 template <typename Params>
 __device__ __forceinline__ void fused_begin(const Params& p, const Group& grp, const FusedSmem& sm) {
   if (grp.size > 1 && p.norm_weight != nullptr && threadIdx.x == 0) outputs_barrier_init(sm.bar);
@@ -2019,7 +2022,8 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
       // there; this one had none: 3 racecheck warnings, in both layouts,
       // results right (H200, 2026-12-03, bench/RESULTS.md round 29). The
       // same sync in fused_begin, for every fused kernel, cost the fused
-      // middle 1-1.5% at B = 1 and 8 (round 29): only this order has it.
+      // middle 0.8-1.5% in 5 of its 8 rows at B = 1 and 8 (round 29): only
+      // this order has it.
       issue_order_fence();
       issue_state();
     }
