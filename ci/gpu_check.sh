@@ -6,7 +6,9 @@
 # built beforehand (for `hip`: build-hip32/ and build-hip64/, configured with
 # -DGDNKIT_ENABLE_HIP=ON -DGDNKIT_HIP_ON_NVIDIA=ON -DGDNKIT_HIP_WARP_SIZE=32|64),
 # and LIBS pointing at Kokkos / Google Benchmark if the machine lacks them.
-# Usage: ci/gpu_check.sh [tests|sanitize|bench|fused|hip|run]...
+# Usage: ci/gpu_check.sh [tests|sanitize|memcheck|racecheck|bench|fused|hip|run]...
+# (sanitize = memcheck and racecheck; apart, each fits a 10-minute call
+# beside tests or fused on the H200.)
 set -u
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -48,8 +50,9 @@ tests)
   summary+=("PTX-JIT compute_80 suites: rc=$rc/$rc2")
   [ $rc -eq 0 ] && [ $rc2 -eq 0 ] || status=1
   ;;
-sanitize)
-  for tool in memcheck racecheck; do
+sanitize|memcheck|racecheck)
+  tools=$w; [ $w = sanitize ] && tools="memcheck racecheck"
+  for tool in $tools; do
     step "compute-sanitizer $tool"
     # racecheck's own "failure to track a kernel launch" on the 8-thread
     # concurrency test (which memcheck runs): left out of racecheck only.
@@ -60,7 +63,7 @@ sanitize)
     tail -4 "$out/sanitizer_$tool.txt"
     compute-sanitizer --tool $tool --error-exitcode 99 build-gpu/tests/test_cuda_specific \
       --gtest_brief=1 --gtest_filter=-*PoolBeyond* >> "$out/sanitizer_$tool.txt" 2>&1; rc2=$?
-    summary+=("compute-sanitizer $tool: rc=$rc/$rc2 $(grep -h 'ERROR SUMMARY' "$out/sanitizer_$tool.txt" | sort | uniq -c | tr '\n' ' ')")
+    summary+=("compute-sanitizer $tool: rc=$rc/$rc2 $(grep -h -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.txt" | sort | uniq -c | tr '\n' ' ')")
     [ $rc -eq 0 ] && [ $rc2 -eq 0 ] || status=1
   done
   ;;
