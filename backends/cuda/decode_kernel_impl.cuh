@@ -2022,7 +2022,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
       // there; this one had none: 3 racecheck warnings, in both layouts,
       // results right (H200, 2026-12-03, bench/RESULTS.md round 29). The
       // same sync in fused_begin, for every fused kernel, cost the fused
-      // middle 0.8-1.5% in 5 of its 8 rows at B = 1 and 8 (round 29): only
+      // middle 0.8-1.5% in 6 of its 8 rows at B = 1 and 8 (round 29): only
       // this order has it.
       issue_order_fence();
       issue_state();
