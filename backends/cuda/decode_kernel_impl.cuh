@@ -945,6 +945,36 @@ __device__ __forceinline__ float head_sum_squares(const float* out, int Dv, int 
   return ss;
 }
 
+// The norm alone as the step's epilogue (decode_vk's kStepNorm,
+// decode_kv_step_kernel's kNorm), once the block has pushed its raw outputs
+// into `head_out` of every block of its head:
+//   out[j] = w[j] * o[j] * rsqrt(mean_j(o[j]^2) + eps) * silu(z[j])
+// for the block's own columns [j_own, j_own + n_own), at most one a thread
+// (fused_finish's one-head form, same bits). A head's blocks in a cluster
+// (csize > 1) wait on the outputs' mbarrier `bar`, one block a head on a
+// block barrier. w_pre, z_pre: the thread's norm_weight and z, loaded at
+// entry; o_base: the output's offset of the block's (row, head).
+template <typename IO, typename Params>
+__device__ __forceinline__ void step_norm_finish(const Params& p, const float* head_out, int Dv, int j_own,
+                                                 int n_own, int64_t o_base, int csize, unsigned long long* bar,
+                                                 const IoRun<IO, 1>& w_pre, const IoRun<IO, 1>& z_pre) {
+  const float inv_dv = 1.0f / float(Dv);  // before the wait: the mean is then a product
+  if (csize > 1)
+    outputs_wait(bar);  // every block's pushes have landed
+  else
+    __syncthreads();
+  const int t = int(threadIdx.x);
+  if (t / kWarp * kWarp >= n_own) return;  // a warp with none of the columns (uniform over it)
+  const float rstd = rsqrtf(head_sum_squares(head_out, Dv, t % kWarp) * inv_dv + p.norm_eps);
+  if (t < n_own) {
+    const float w = w_pre.value(), zg = silu(z_pre.value());
+    with_dtype<IO>(p.o_dtype, [&](auto tag) {
+      using E = decltype(tag);
+      static_cast<E*>(p.o)[o_base + j_own + t] = Elem<E>::from_float(w * head_out[j_own + t] * rstd * zg);
+    });
+  }
+}
+
 // The gated RMSNorm over each head of the group, once every output of the
 // group is in sm.out (every thread calls it):
 //   out[j] = w[j] * o[j] * rsqrt(mean_j(o[j]^2) + eps) * silu(z[j])
@@ -1607,24 +1637,7 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
   } else if constexpr (kFused) {
     fused_finish<IO>(p, grp, sm);
   } else if constexpr (kStepNorm) {
-    //   out[j] = w[j] * o[j] * rsqrt(mean_j(o[j]^2) + eps) * silu(z[j])
-    // for the block's own columns (fused_finish's one-head form, same bits)
-    const float inv_dv = 1.0f / float(Dv);  // before the wait: the mean is a product
-    if (csize > 1)
-      outputs_wait(&step_bar);  // every block's pushes have landed
-    else
-      __syncthreads();
-    if (warp * kWarp < n_own) {  // (uniform over the warp)
-      const float rstd = rsqrtf(head_sum_squares(step_out, Dv, lane) * inv_dv + p.norm_eps);
-      const int t = int(threadIdx.x);
-      if (t < n_own) {
-        const float w = w_pre.value(), zg = silu(z_pre.value());
-        with_dtype<IO>(p.o_dtype, [&](auto tag) {
-          using E = decltype(tag);
-          static_cast<E*>(p.o)[o_base + j_own + t] = Elem<E>::from_float(w * step_out[j_own + t] * rstd * zg);
-        });
-      }
-    }
+    step_norm_finish(p, step_out, Dv, j_own, n_own, o_base, csize, &step_bar, w_pre, z_pre);
   }
   GDN_MARK(8);
 }
@@ -2323,28 +2336,12 @@ __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
       });
     };
   };
-  // kNorm, after the block's tiles: once the head's Dv outputs are in
-  //   out[j] = w[j] * o[j] * rsqrt(mean_j(o[j]^2) + eps) * silu(z[j])
-  // for the block's own columns (fused_finish's one-head form, same bits).
+  // kNorm, after the block's tiles: the gated RMSNorm of the block's own
+  // columns once the head's Dv outputs are in (step_norm_finish).
   auto norm_epilogue = [&] {
-    if constexpr (kNorm) {
-      // 1 / Dv before the wait: the mean is then a product
-      const float inv_dv = 1.0f / float(Dv);
-      if (csize > 1)
-        outputs_wait(&out_bar);  // every block's pushes have landed
-      else
-        __syncthreads();
-      if (tid / kWarp * kWarp >= n_own) return;  // a warp with none of the columns (uniform over it)
-      const float rstd = rsqrtf(head_sum_squares(head_out, Dv, lane) * inv_dv + p.norm_eps);
-      if (tid < n_own) {
-        const float w = w_pre.value(), zg = silu(z_pre.value());
-        const int64_t o_base = b * p.o_batch_stride + int64_t(h) * p.o_head_stride;
-        with_dtype<IO>(p.o_dtype, [&](auto tag) {
-          using E = decltype(tag);
-          static_cast<E*>(p.o)[o_base + j_own + tid] = Elem<E>::from_float(w * head_out[j_own + tid] * rstd * zg);
-        });
-      }
-    }
+    if constexpr (kNorm)
+      step_norm_finish(p, head_out, Dv, j_own, n_own, b * p.o_batch_stride + int64_t(h) * p.o_head_stride, csize,
+                       &out_bar, w_pre, z_pre);
   };
   if constexpr (kTilesAtOnce == 2) {
     if (pair) {
@@ -2871,7 +2868,7 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
     const int resident = with_io(p, [](auto io) { return resident_warps_per_sm<T, kLayout, kDk, kP, decltype(io)>(); });
     auto wave = [&](int w) { return int64_t(resident / w) * sms; };
     bool ok = s.blocks_per_head > 1 && heads * s.blocks_per_head <= int64_t(4) * sms;
-    int cols = s.items_per_warp * cpi;
+    int cols;  // the columns a block owns: at most one a thread (below)
     if constexpr (kLayout == Layout::kKV) {
       if (!ok && heads > wave(kP)) {
         s.items_per_head = g.items_per_head;
@@ -2886,6 +2883,7 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
                                                                 : KvTile<T, kDk, kP>::kCols);
       ok = ok && s.items_per_warp <= max_items_per_warp;
     } else {
+      cols = s.warps_per_block * s.items_per_warp * cpi;
       ok = ok || (s.blocks_per_head == 1 && heads > wave(s.warps_per_block));
       // every warp of every block has an item (none leaves early)
       ok = ok && int64_t(s.blocks_per_head * s.warps_per_block - 1) * s.items_per_warp < s.items_per_head;
@@ -3143,7 +3141,7 @@ cudaError_t launch_decode(const DecodeParams& caller, const Launch& g, cudaStrea
 #if GDN_L2_HINTS
             constexpr int kHints = step_l2_hints<T, kLayout, kDk, kW>();
 #else
-            constexpr int kHints = 0;
+            [[maybe_unused]] constexpr int kHints = 0;  // (the norm's twin below is CUDA's only)
 #endif
 #if !defined(GDN_HIP)
             // The norm alone as the step's epilogue (plan_launch)
