@@ -2212,6 +2212,9 @@ __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
   const unsigned b32 = by_hv.div(row_head);
   const int h = int(row_head - b32 * unsigned(Hv));
   const int64_t b = b32;
+  // (The output's offset b * o_batch_stride + h * o_head_stride is formed
+  // where each path stores, not once here: held through the tiles, the
+  // 64-bit value made 16-bit tiles of the HIP path spill; round 32.)
   int t = blk * tiles_per_block;
   const int t_end = min(tiles_per_head, t + tiles_per_block);
 
