@@ -522,6 +522,225 @@ void sweep_width(int sms) {
     }
 }
 
+// "lean": the least a vk step can do after its state lands, as a whole
+// (correct) kernel for the tuned shape (Dk = Dv = 128, bf16 inputs, raw
+// gates, default l2norm, dense slots), to bound the B = 1 target from below
+// (RESULTS round 33). No shared memory, no barrier, no ring: each lane
+// loads its 16-byte vectors of R state rows straight into registers right
+// behind q, k, v and the gates, normalizes q and k while they are in
+// flight, and after they land does only what the operation needs: the two
+// sums of a row (one butterfly over the row's lanes), delta, S' (stored in
+// place) and o. kMath false: the same loads and stores with no arithmetic
+// between them (the grid's traffic alone).
+template <typename T, int R, bool kMath>
+__global__ void lean_vk_kernel(const __nv_bfloat16* qkv, int64_t cdim, const __nv_bfloat16* a_in,
+                               const __nv_bfloat16* b_in, const float* A_log, const float* dt_bias, T* state,
+                               __nv_bfloat16* o, int hk_n, int hv_n) {
+  constexpr int kD = 128;
+  constexpr int kVec = 16 / int(sizeof(T));  // state values a lane holds of a row
+  constexpr int kL = kD / kVec;              // lanes a row: 32 fp32, 16 bf16
+  constexpr int kRw = 32 / kL;               // rows a warp instruction covers
+  constexpr int kN = R / kRw;                // vectors a lane holds
+  const int lane = int(threadIdx.x) & 31;
+  const int64_t gw = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int64_t bh = gw / (kD / R);  // b * Hv + h
+  const int r0 = int(gw % (kD / R)) * R + lane / kL;
+  const int64_t b = bh / hv_n;
+  const int h = int(bh % hv_n);
+  const int hk = h / (hv_n / hk_n);
+  const int kb = (lane % kL) * kVec;
+  T* s = state + bh * kD * kD + int64_t(r0) * kD + kb;
+  // small loads first, as raw words
+  const __nv_bfloat16* row = qkv + b * cdim;
+  struct alignas(2 * kVec) Run {
+    __nv_bfloat16 x[kVec];
+  };
+  Run qr{}, kr{};
+  __nv_bfloat16 vr[kN];
+  if (kMath) {
+    qr = *reinterpret_cast<const Run*>(row + hk * kD + kb);
+    kr = *reinterpret_cast<const Run*>(row + int64_t(hk_n) * kD + hk * kD + kb);
+#pragma unroll
+    for (int n = 0; n < kN; ++n) vr[n] = row[2 * int64_t(hk_n) * kD + int64_t(h) * kD + r0 + n * kRw];
+  }
+  const float ar = kMath ? __bfloat162float(a_in[bh]) : 0.f, br = kMath ? __bfloat162float(b_in[bh]) : 0.f;
+  const float al = kMath ? A_log[h] : 0.f, dt = kMath ? dt_bias[h] : 0.f;
+  uint4 raw[kN];
+#pragma unroll
+  for (int n = 0; n < kN; ++n) raw[n] = *reinterpret_cast<const uint4*>(s + int64_t(n) * kRw * kD);
+  if (!kMath) {
+#pragma unroll
+    for (int n = 0; n < kN; ++n) *reinterpret_cast<uint4*>(s + int64_t(n) * kRw * kD) = raw[n];
+    return;
+  }
+  // l2norm of q and k over the row's lanes (while the state is in flight)
+  float q[kVec], k[kVec], qq = 0.f, kk = 0.f, kq = 0.f;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    q[i] = __bfloat162float(qr.x[i]);
+    k[i] = __bfloat162float(kr.x[i]);
+    qq += q[i] * q[i];
+    kk += k[i] * k[i];
+    kq += k[i] * q[i];
+  }
+#pragma unroll
+  for (int off = 1; off < kL; off *= 2) {
+    qq += __shfl_xor_sync(0xffffffffu, qq, off);
+    kk += __shfl_xor_sync(0xffffffffu, kk, off);
+    kq += __shfl_xor_sync(0xffffffffu, kq, off);
+  }
+  const float rq = rsqrtf(qq + 1e-6f), rk = rsqrtf(kk + 1e-6f);
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    q[i] *= rq;
+    k[i] *= rk;
+  }
+  kq *= rq * rk;
+  // g = -exp(A_log) softplus(a + dt_bias); beta = sigmoid(b)
+  const float x = ar + dt;
+  const float eg = expf(-expf(al) * (x > 20.f ? x : log1pf(expf(x))));
+  const float beta = 1.f / (1.f + expf(-br));
+  const float scale = rsqrtf(float(kD));
+  float sk[kN], sq[kN], sv[kN][kVec];
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+    const T* e = reinterpret_cast<const T*>(&raw[n]);
+    sk[n] = 0.f;
+    sq[n] = 0.f;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      sv[n][i] = gdn::cuda::Elem<T>::to_float(e[i]);
+      sk[n] += sv[n][i] * k[i];
+      sq[n] += sv[n][i] * q[i];
+    }
+  }
+#pragma unroll
+  for (int off = 1; off < kL; off *= 2)
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+      sk[n] += __shfl_xor_sync(0xffffffffu, sk[n], off);
+      sq[n] += __shfl_xor_sync(0xffffffffu, sq[n], off);
+    }
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+    // delta = beta (v - exp(g) S^T k);  S' = exp(g) S + k delta
+    const float delta = beta * (__bfloat162float(vr[n]) - eg * sk[n]);
+    uint4 out;
+    T* e = reinterpret_cast<T*>(&out);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) e[i] = gdn::cuda::Elem<T>::from_float(eg * sv[n][i] + k[i] * delta);
+    *reinterpret_cast<uint4*>(s + int64_t(n) * kRw * kD) = out;
+    // o = scale (exp(g) S^T q + (k.q) delta)
+    if (lane % kL == 0) o[bh * kD + r0 + n * kRw] = __float2bfloat16_rn(scale * (eg * sq[n] + kq * delta));
+  }
+}
+
+template <typename T, int R, bool kMath>
+double lean_time(Bed& bed, int warps) {
+  const int64_t rows = bed.s.B * bed.s.hv * 128;
+  const int threads = 32 * warps;
+  const unsigned blocks = unsigned(rows / R / warps);
+  const int n = bed.calls();
+  cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
+    lean_vk_kernel<T, R, kMath><<<blocks, threads, 0, bed.stream>>>(
+        static_cast<const __nv_bfloat16*>(cur.qkv), bed.conv_dim, static_cast<const __nv_bfloat16*>(cur.a),
+        static_cast<const __nv_bfloat16*>(cur.b), bed.A_log, bed.dt_bias, static_cast<T*>(cur.state),
+        static_cast<__nv_bfloat16*>(cur.o), bed.s.hk, bed.s.hv);
+  });
+  const double us = bed.time_graph(g, n);
+  cudaGraphExecDestroy(g);
+  return us;
+}
+
+// The lean kernel's results against the library's on the bed's first set
+// (both from the same initial state): the largest differences of o and S'.
+template <typename T, int R>
+void lean_check(Bed& bed, int sms) {
+  const Set& st = bed.sets[0];
+  const size_t sb = bed.state_bytes, ob = size_t(bed.s.B) * bed.s.hv * 128 * 2;
+  void *s_lib, *s_lean, *o_lib, *o_lean;
+  GDN_BENCH_CHECK(cudaMalloc(&s_lib, sb));
+  GDN_BENCH_CHECK(cudaMalloc(&s_lean, sb));
+  GDN_BENCH_CHECK(cudaMalloc(&o_lib, ob));
+  GDN_BENCH_CHECK(cudaMalloc(&o_lean, ob));
+  GDN_BENCH_CHECK(cudaMemcpy(s_lib, st.state, sb, cudaMemcpyDeviceToDevice));
+  GDN_BENCH_CHECK(cudaMemcpy(s_lean, st.state, sb, cudaMemcpyDeviceToDevice));
+  Set mine = st;
+  mine.state = s_lib;
+  mine.o = o_lib;
+  GDN_BENCH_CHECK((run_variant<T, Layout::kVK, gdn::cuda::default_tile_param<T, Layout::kVK>()>(
+      bed.params(mine), sms, gdn::cuda::default_items_per_warp<T, Layout::kVK>(), bed.stream)));
+  lean_vk_kernel<T, R, true><<<unsigned(bed.s.B * bed.s.hv * 128 / R / 4), 128, 0, bed.stream>>>(
+      static_cast<const __nv_bfloat16*>(st.qkv), bed.conv_dim, static_cast<const __nv_bfloat16*>(st.a),
+      static_cast<const __nv_bfloat16*>(st.b), bed.A_log, bed.dt_bias, static_cast<T*>(s_lean),
+      static_cast<__nv_bfloat16*>(o_lean), bed.s.hk, bed.s.hv);
+  GDN_BENCH_CHECK(cudaGetLastError());
+  GDN_BENCH_CHECK(cudaStreamSynchronize(bed.stream));
+  std::vector<T> h1(sb / sizeof(T)), h2(sb / sizeof(T));
+  std::vector<uint16_t> o1(ob / 2), o2(ob / 2);
+  GDN_BENCH_CHECK(cudaMemcpy(h1.data(), s_lib, sb, cudaMemcpyDeviceToHost));
+  GDN_BENCH_CHECK(cudaMemcpy(h2.data(), s_lean, sb, cudaMemcpyDeviceToHost));
+  GDN_BENCH_CHECK(cudaMemcpy(o1.data(), o_lib, ob, cudaMemcpyDeviceToHost));
+  GDN_BENCH_CHECK(cudaMemcpy(o2.data(), o_lean, ob, cudaMemcpyDeviceToHost));
+  auto f = [](const T& x) {
+    if constexpr (sizeof(T) == 4) return float(x);
+    else return gdn::bf16_to_float(reinterpret_cast<const uint16_t&>(x));
+  };
+  double ds = 0, dO = 0, mo = 0;
+  for (size_t i = 0; i < h1.size(); ++i) ds = std::max(ds, double(std::fabs(f(h1[i]) - f(h2[i]))));
+  for (size_t i = 0; i < o1.size(); ++i) {
+    dO = std::max(dO, double(std::fabs(gdn::bf16_to_float(o1[i]) - gdn::bf16_to_float(o2[i]))));
+    mo = std::max(mo, double(std::fabs(gdn::bf16_to_float(o1[i]))));
+  }
+  std::printf("LEANCHECK %-4s B=%-3lld R=%-2d max|dS'| %.3g max|do| %.3g (max|o| %.3g)\n",
+              sizeof(T) == 4 ? "fp32" : "bf16", (long long)bed.s.B, R, ds, dO, mo);
+  cudaFree(s_lib);
+  cudaFree(s_lean);
+  cudaFree(o_lib);
+  cudaFree(o_lean);
+}
+
+template <typename T>
+void lean_rows(int sms, int64_t B, int rep) {
+  const gdn::DType t = sizeof(T) == 4 ? gdn::DType::kF32 : gdn::DType::kBF16;
+  Bed bed(Shape{B, 16, 32, 128, t, Layout::kVK, false});
+  if (rep == 0) {
+    lean_check<T, 4>(bed, sms);
+    lean_check<T, 8>(bed, sms);
+  }
+  const double copy = bed.copy_floor_us();
+  const int n = bed.calls();
+  cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
+    GDN_BENCH_CHECK((run_variant<T, Layout::kVK, gdn::cuda::default_tile_param<T, Layout::kVK>()>(
+        bed.params(cur), sms, gdn::cuda::default_items_per_warp<T, Layout::kVK>(), bed.stream)));
+  });
+  const double lib = bed.time_graph(g, n);
+  cudaGraphExecDestroy(g);
+  const char* tn = sizeof(T) == 4 ? "fp32" : "bf16";
+  std::printf("LEAN %d %-4s B=%-3lld library vk      %9.3f copy %9.3f ratio %6.3f\n", rep, tn, (long long)B, lib, copy,
+              lib / copy);
+  auto row = [&](const char* form, int r, int w, double us) {
+    std::printf("LEAN %d %-4s B=%-3lld %-6s R=%-2d W=%d %9.3f copy %9.3f ratio %6.3f\n", rep, tn, (long long)B, form, r,
+                w, us, copy, us / copy);
+  };
+  for (int w : {2, 4, 8}) {
+    row("math", 2, w, lean_time<T, 2, true>(bed, w));
+    row("math", 4, w, lean_time<T, 4, true>(bed, w));
+    row("math", 8, w, lean_time<T, 8, true>(bed, w));
+    row("math", 16, w, lean_time<T, 16, true>(bed, w));
+    row("copy", 4, w, lean_time<T, 4, false>(bed, w));
+    row("copy", 8, w, lean_time<T, 8, false>(bed, w));
+  }
+}
+
+void sweep_lean(int sms) {
+  for (int rep = 0; rep < 2; ++rep)
+    for (int64_t B : {1, 8}) {
+      lean_rows<float>(sms, B, rep);
+      lean_rows<__nv_bfloat16>(sms, B, rep);
+    }
+}
+
 // "occupancy": the step (the planner's launch) with its dynamic shared
 // memory padded so that at most k blocks fit an SM (k = 0: as shipped),
 // against the same call's copy floor; B = 32 and 128 (RESULTS round 22: an
@@ -818,7 +1037,8 @@ void sweep_launch() {
 // pool costs by its slots' order and its index's place; "skeleton",
 // "skeleton2" and "skeleton3": the kv step's memory traffic alone;
 // "copies": the in-place traffic alone against the copy floor, by form;
-// "launch": what a launch costs by its grid alone;
+// "launch": what a launch costs by its grid alone; "lean": the least a vk
+// step can do at B = 1 and 8, as a whole kernel, against the library's;
 // "occupancy": the step with at most k blocks an SM); a
 // second one keeps the variants whose name has it. (A kv variant runs the
 // planner's choice, which takes 4-warp tiles in one-round grids: "kv W=8"
@@ -844,6 +1064,10 @@ int main(int argc, char** argv) {
   }
   if (only == "pools") {
     sweep_pools(sms);
+    return 0;
+  }
+  if (only == "lean") {
+    sweep_lean(sms);
     return 0;
   }
   if (only == "width") {
