@@ -531,8 +531,9 @@ void sweep_width(int sms) {
 // flight, and after they land does only what the operation needs: the two
 // sums of a row (one butterfly over the row's lanes), delta, S' (stored in
 // place) and o. kMath false: the same loads and stores with no arithmetic
-// between them (the grid's traffic alone).
-template <typename T, int R, bool kMath>
+// between them (the grid's traffic alone). kEF: S' stored evict-first (the
+// library's vk policy at small B).
+template <typename T, int R, bool kMath, bool kEF>
 __global__ void lean_vk_kernel(const __nv_bfloat16* qkv, int64_t cdim, const __nv_bfloat16* a_in,
                                const __nv_bfloat16* b_in, const float* A_log, const float* dt_bias, T* state,
                                __nv_bfloat16* o, int hk_n, int hv_n) {
@@ -570,7 +571,8 @@ __global__ void lean_vk_kernel(const __nv_bfloat16* qkv, int64_t cdim, const __n
   for (int n = 0; n < kN; ++n) raw[n] = *reinterpret_cast<const uint4*>(s + int64_t(n) * kRw * kD);
   if (!kMath) {
 #pragma unroll
-    for (int n = 0; n < kN; ++n) *reinterpret_cast<uint4*>(s + int64_t(n) * kRw * kD) = raw[n];
+    for (int n = 0; n < kN; ++n)
+      gdn::cuda::store_state16<kEF>(reinterpret_cast<uint4*>(s + int64_t(n) * kRw * kD), raw[n]);
     return;
   }
   // l2norm of q and k over the row's lanes (while the state is in flight)
@@ -629,20 +631,20 @@ __global__ void lean_vk_kernel(const __nv_bfloat16* qkv, int64_t cdim, const __n
     T* e = reinterpret_cast<T*>(&out);
 #pragma unroll
     for (int i = 0; i < kVec; ++i) e[i] = gdn::cuda::Elem<T>::from_float(eg * sv[n][i] + k[i] * delta);
-    *reinterpret_cast<uint4*>(s + int64_t(n) * kRw * kD) = out;
+    gdn::cuda::store_state16<kEF>(reinterpret_cast<uint4*>(s + int64_t(n) * kRw * kD), out);
     // o = scale (exp(g) S^T q + (k.q) delta)
     if (lane % kL == 0) o[bh * kD + r0 + n * kRw] = __float2bfloat16_rn(scale * (eg * sq[n] + kq * delta));
   }
 }
 
-template <typename T, int R, bool kMath>
+template <typename T, int R, bool kMath, bool kEF = false>
 double lean_time(Bed& bed, int warps) {
   const int64_t rows = bed.s.B * bed.s.hv * 128;
   const int threads = 32 * warps;
   const unsigned blocks = unsigned(rows / R / warps);
   const int n = bed.calls();
   cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
-    lean_vk_kernel<T, R, kMath><<<blocks, threads, 0, bed.stream>>>(
+    lean_vk_kernel<T, R, kMath, kEF><<<blocks, threads, 0, bed.stream>>>(
         static_cast<const __nv_bfloat16*>(cur.qkv), bed.conv_dim, static_cast<const __nv_bfloat16*>(cur.a),
         static_cast<const __nv_bfloat16*>(cur.b), bed.A_log, bed.dt_bias, static_cast<T*>(cur.state),
         static_cast<__nv_bfloat16*>(cur.o), bed.s.hk, bed.s.hv);
@@ -670,7 +672,7 @@ void lean_check(Bed& bed, int sms) {
   mine.o = o_lib;
   GDN_BENCH_CHECK((run_variant<T, Layout::kVK, gdn::cuda::default_tile_param<T, Layout::kVK>()>(
       bed.params(mine), sms, gdn::cuda::default_items_per_warp<T, Layout::kVK>(), bed.stream)));
-  lean_vk_kernel<T, R, true><<<unsigned(bed.s.B * bed.s.hv * 128 / R / 4), 128, 0, bed.stream>>>(
+  lean_vk_kernel<T, R, true, false><<<unsigned(bed.s.B * bed.s.hv * 128 / R / 4), 128, 0, bed.stream>>>(
       static_cast<const __nv_bfloat16*>(st.qkv), bed.conv_dim, static_cast<const __nv_bfloat16*>(st.a),
       static_cast<const __nv_bfloat16*>(st.b), bed.A_log, bed.dt_bias, static_cast<T*>(s_lean),
       static_cast<__nv_bfloat16*>(o_lean), bed.s.hk, bed.s.hv);
@@ -730,6 +732,9 @@ void lean_rows(int sms, int64_t B, int rep) {
     row("math", 16, w, lean_time<T, 16, true>(bed, w));
     row("copy", 4, w, lean_time<T, 4, false>(bed, w));
     row("copy", 8, w, lean_time<T, 8, false>(bed, w));
+    row("mathEF", 4, w, lean_time<T, 4, true, true>(bed, w));
+    row("mathEF", 8, w, lean_time<T, 8, true, true>(bed, w));
+    row("copyEF", 4, w, lean_time<T, 4, false, true>(bed, w));
   }
 }
 
