@@ -532,8 +532,12 @@ void sweep_width(int sms) {
 // sums of a row (one butterfly over the row's lanes), delta, S' (stored in
 // place) and o. kMath false: the same loads and stores with no arithmetic
 // between them (the grid's traffic alone). kEF: S' stored evict-first (the
-// library's vk policy at small B).
-template <typename T, int R, bool kMath, bool kEF>
+// library's vk policy at small B). Two of the library kernel's habits, to
+// see which costs: kAsync, the state through shared memory by cp.async
+// (the library's ring) instead of straight into registers; kTwice, each
+// 16-bit value widened where it is used (for the sums, then for S') instead
+// of once into registers kept for both.
+template <typename T, int R, bool kMath, bool kEF, bool kAsync = false, bool kTwice = false>
 __global__ void lean_vk_kernel(const __nv_bfloat16* qkv, int64_t cdim, const __nv_bfloat16* a_in,
                                const __nv_bfloat16* b_in, const float* A_log, const float* dt_bias, T* state,
                                __nv_bfloat16* o, int hk_n, int hv_n) {
@@ -567,9 +571,22 @@ __global__ void lean_vk_kernel(const __nv_bfloat16* qkv, int64_t cdim, const __n
   const float ar = kMath ? __bfloat162float(a_in[bh]) : 0.f, br = kMath ? __bfloat162float(b_in[bh]) : 0.f;
   const float al = kMath ? A_log[h] : 0.f, dt = kMath ? dt_bias[h] : 0.f;
   uint4 raw[kN];
+  extern __shared__ uint4 lean_ring[];
+  uint4* ring = lean_ring + (threadIdx.x / 32) * (kN * 32) + lane;
+  if constexpr (kAsync) {
 #pragma unroll
-  for (int n = 0; n < kN; ++n) raw[n] = *reinterpret_cast<const uint4*>(s + int64_t(n) * kRw * kD);
+    for (int n = 0; n < kN; ++n) gdn::cuda::copy16_async(ring + n * 32, s + int64_t(n) * kRw * kD, true);
+    gdn::cuda::async_commit();
+  } else {
+#pragma unroll
+    for (int n = 0; n < kN; ++n) raw[n] = *reinterpret_cast<const uint4*>(s + int64_t(n) * kRw * kD);
+  }
   if (!kMath) {
+    if constexpr (kAsync) {
+      gdn::cuda::async_wait<0>();
+#pragma unroll
+      for (int n = 0; n < kN; ++n) raw[n] = ring[n * 32];
+    }
 #pragma unroll
     for (int n = 0; n < kN; ++n)
       gdn::cuda::store_state16<kEF>(reinterpret_cast<uint4*>(s + int64_t(n) * kRw * kD), raw[n]);
@@ -604,6 +621,11 @@ __global__ void lean_vk_kernel(const __nv_bfloat16* qkv, int64_t cdim, const __n
   const float beta = 1.f / (1.f + expf(-br));
   const float scale = rsqrtf(float(kD));
   float sk[kN], sq[kN], sv[kN][kVec];
+  if constexpr (kAsync) {
+    gdn::cuda::async_wait<0>();
+#pragma unroll
+    for (int n = 0; n < kN; ++n) raw[n] = ring[n * 32];
+  }
 #pragma unroll
   for (int n = 0; n < kN; ++n) {
     const T* e = reinterpret_cast<const T*>(&raw[n]);
@@ -630,21 +652,27 @@ __global__ void lean_vk_kernel(const __nv_bfloat16* qkv, int64_t cdim, const __n
     uint4 out;
     T* e = reinterpret_cast<T*>(&out);
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) e[i] = gdn::cuda::Elem<T>::from_float(eg * sv[n][i] + k[i] * delta);
+    for (int i = 0; i < kVec; ++i) {
+      const float si = kTwice ? gdn::cuda::Elem<T>::to_float(reinterpret_cast<const T*>(&raw[n])[i]) : sv[n][i];
+      e[i] = gdn::cuda::Elem<T>::from_float(eg * si + k[i] * delta);
+    }
     gdn::cuda::store_state16<kEF>(reinterpret_cast<uint4*>(s + int64_t(n) * kRw * kD), out);
     // o = scale (exp(g) S^T q + (k.q) delta)
     if (lane % kL == 0) o[bh * kD + r0 + n * kRw] = __float2bfloat16_rn(scale * (eg * sq[n] + kq * delta));
   }
 }
 
-template <typename T, int R, bool kMath, bool kEF = false>
+template <typename T, int R, bool kMath, bool kEF = false, bool kAsync = false, bool kTwice = false>
 double lean_time(Bed& bed, int warps) {
   const int64_t rows = bed.s.B * bed.s.hv * 128;
   const int threads = 32 * warps;
   const unsigned blocks = unsigned(rows / R / warps);
   const int n = bed.calls();
   cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
-    lean_vk_kernel<T, R, kMath, kEF><<<blocks, threads, 0, bed.stream>>>(
+    // (kAsync) a lane's kN 16-byte vectors: R rows over 32 / (Dk / vector) rows an instruction
+    constexpr int kN = R / (32 / (128 / (16 / int(sizeof(T)))));
+    const size_t smem = kAsync ? size_t(threads) * kN * 16 : 0;
+    lean_vk_kernel<T, R, kMath, kEF, kAsync, kTwice><<<blocks, threads, smem, bed.stream>>>(
         static_cast<const __nv_bfloat16*>(cur.qkv), bed.conv_dim, static_cast<const __nv_bfloat16*>(cur.a),
         static_cast<const __nv_bfloat16*>(cur.b), bed.A_log, bed.dt_bias, static_cast<T*>(cur.state),
         static_cast<__nv_bfloat16*>(cur.o), bed.s.hk, bed.s.hv);
@@ -735,6 +763,10 @@ void lean_rows(int sms, int64_t B, int rep) {
     row("mathEF", 4, w, lean_time<T, 4, true, true>(bed, w));
     row("mathEF", 8, w, lean_time<T, 8, true, true>(bed, w));
     row("copyEF", 4, w, lean_time<T, 4, false, true>(bed, w));
+    row("asyncEF", 4, w, lean_time<T, 4, true, true, true>(bed, w));
+    row("asyncEF", 8, w, lean_time<T, 8, true, true, true>(bed, w));
+    row("twiceEF", 4, w, lean_time<T, 4, true, true, false, true>(bed, w));
+    row("twiceEF", 8, w, lean_time<T, 8, true, true, false, true>(bed, w));
   }
 }
 

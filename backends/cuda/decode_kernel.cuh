@@ -504,10 +504,12 @@ __device__ __forceinline__ void store_state16(V* dst, const V& v) {
 // override them for tune_cuda. Without cp.async (HIP) a second stage would
 // only cost LDS: vk keeps no ring at all (its items load straight into
 // registers) and kv one tile stage.
+#ifndef GDN_VK_RING  // (tune_cuda may set it: the vk state straight into registers)
 #if defined(GDN_NO_ASYNC_COPY)
 #define GDN_VK_RING 0
 #else
 #define GDN_VK_RING 1
+#endif
 #endif
 #ifndef GDN_VK_STAGES
 #if defined(GDN_NO_ASYNC_COPY)
