@@ -740,22 +740,15 @@ void lean_rows(int sms, int64_t B, int rep) {
   }
   const double copy = bed.copy_floor_us();
   const int n = bed.calls();
+  cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
+    GDN_BENCH_CHECK((run_variant<T, Layout::kVK, gdn::cuda::default_tile_param<T, Layout::kVK>()>(
+        bed.params(cur), sms, gdn::cuda::default_items_per_warp<T, Layout::kVK>(), bed.stream)));
+  });
+  const double lib = bed.time_graph(g, n);
+  cudaGraphExecDestroy(g);
   const char* tn = sizeof(T) == 4 ? "fp32" : "bf16";
-  // the library's vk step as planned, and without its one-item kernel (Launch::one_item)
-  for (bool one : {true, false}) {
-    constexpr int kP = gdn::cuda::default_tile_param<T, Layout::kVK>();
-    gdn::cuda::Launch l{};
-    cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
-      const gdn::DecodeParams p = bed.params(cur);
-      l = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(
-          p, sms, g_l2_bytes, gdn::cuda::default_items_per_warp<T, Layout::kVK>(), one);
-      GDN_BENCH_CHECK((gdn::cuda::launch_decode<T, Layout::kVK, 128, kP>(p, l, bed.stream)));
-    });
-    const double lib = bed.time_graph(g, n);
-    cudaGraphExecDestroy(g);
-    std::printf("LEAN %d %-4s B=%-3lld library %-7s %9.3f copy %9.3f ratio %6.3f (one_item %d ipw %d)\n", rep, tn,
-                (long long)B, one ? "planned" : "ring", lib, copy, lib / copy, int(l.one_item), l.items_per_warp);
-  }
+  std::printf("LEAN %d %-4s B=%-3lld library vk      %9.3f copy %9.3f ratio %6.3f\n", rep, tn, (long long)B, lib, copy,
+              lib / copy);
   auto row = [&](const char* form, int r, int w, double us) {
     std::printf("LEAN %d %-4s B=%-3lld %-6s R=%-2d W=%d %9.3f copy %9.3f ratio %6.3f\n", rep, tn, (long long)B, form, r,
                 w, us, copy, us / copy);

@@ -204,8 +204,6 @@
 #define GDN_MAX_BLOCK_SMEM (227 * 1024)
 // L2 cache policies on the state's traffic (Launch::l2_hints)
 #define GDN_L2_HINTS 1
-// The vk step's one-item instantiation (Launch::one_item)
-#define GDN_VK_ONE_ITEM 1
 namespace gdn {
 namespace cuda {
 using bf16 = __nv_bfloat16;
@@ -800,11 +798,6 @@ struct Launch {
   // head's blocks form a cluster of blocks_per_head (`cluster`), not the
   // fused kernel's groups.
   bool step_norm{false};
-  // (vk step) one item a warp, its state loaded straight into registers by
-  // the one-item instantiation (decode_vk's kOneItem): where the whole grid
-  // fits one wave of that kernel, which holds 32 warps an SM (64 registers)
-  // against the ring kernel's 24 for 16-bit states.
-  bool one_item{false};
 };
 
 // The L2 policies a step tile's second instantiation applies (bits):
@@ -843,10 +836,8 @@ constexpr int kFusedL2Hints = kL2EvictFirst;
 
 // The geometry the library picks for p on a GPU with `sms` multiprocessors.
 // l2_bytes: its L2's size (where the state's L2 policies apply).
-// one_item false: never the vk one-item kernel (Launch::one_item; tune_cuda's A/B).
 template <typename T, Layout kLayout, int kDk, int kP>
-Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp = 4,
-                   bool one_item = true);
+Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp = 4);
 
 template <typename T, Layout kLayout, int kDk, int kP>
 cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t stream);

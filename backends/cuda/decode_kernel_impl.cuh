@@ -1160,14 +1160,8 @@ constexpr bool kClusterCode = false;
 // (Fused blocks, one per group, are few: they take 128 registers rather than spill.)
 // kNormOnly (with kFused, vk): the instantiation for the norm alone in
 // clusters (no prologue; see "the norm alone" below), launched only there.
-// kOneItem (the step's one-item instantiation, no ring, one-wave grids
-// only): 16 warps, up to 128 registers, so that its state loads, which
-// hold registers from issue to use, go out at the start (at the ring
-// kernel's budget it was 12-15% slower at B = 1; at 64 registers its
-// 16-bit forms spill 92-132 bytes).
-template <typename T, bool kFused, bool kOneItem = false>
+template <typename T, bool kFused>
 constexpr int vk_min_blocks() {
-  if constexpr (kOneItem) return 512 / (8 * kWarp);
   return GDN_VK_RING && !kFused ? (sizeof(T) == 4 ? 1024 : 768) / (8 * kWarp) : 2 / (1 + !GDN_VK_RING);
 }
 // The vk kernels' body: decode_vk_step_kernel and decode_vk_fused_kernel
@@ -1180,17 +1174,14 @@ constexpr int vk_min_blocks() {
 // each output pushed raw into every block of its head, the head's sum of
 // squares in the one fixed order once its Dv outputs are in. The launch
 // takes it only where every warp of every block has an item.
-// kOneItem (the step only; Launch::one_item): every warp has one item, and
-// its state goes straight into registers instead of through the ring.
 template <typename T, Layout kLayout, int kDk, int kP, typename IO, bool kFused, bool kNormOnly, int kHints,
-          bool kStepNorm = false, bool kPdl = false, bool kOneItem = false, typename Params>
+          bool kStepNorm = false, bool kPdl = false, typename Params>
 __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, int items_per_warp,
                                           FastDiv by_blocks_per_head, FastDiv by_hv, FastDiv by_head_map,
                                           bool small_loads_first, float scale, int group_heads, int warps_per_head,
                                           int cluster, FusedArgs fdiv) {
   static_assert(kLayout == Layout::kVK, "kv runs its own kernels");
   static_assert(kFused || !kNormOnly, "kNormOnly is a fused instantiation");
-  static_assert(!kOneItem || (!kFused && !kStepNorm && GDN_VK_RING), "kOneItem: the plain step, with a ring to skip");
   // kNormOnly runs only in clusters, i.e. from sm_90 code: compiled for
   // sm_80 it is never launched, so it is left empty there.
   // kStepNorm likewise: the launch takes it only from sm_90 code, and kPdl
@@ -1360,25 +1351,7 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
   auto slot = [&](int stage, int o, int c) -> V* { return ring + ((stage * kOuter + o) * kInner + c) * kWarp; };
   // Issue the copies of item `it` into ring stage `stage` (nothing past the
   // warp's last item), and close the group either way so group k is item k.
-  // kOneItem: the item's vectors, loaded straight into registers (a vector
-  // past Dk or Dv reads zeros, as the ring's zero-filled copies do).
-  V one[kOneItem ? kOuter : 1][kOneItem ? kInner : 1];
   auto issue_item = [&](int it, int stage) {
-    if constexpr (kOneItem) {
-      const int j0 = it * kColsPerItem;
-#pragma unroll
-      for (int o = 0; o < kOuter; ++o)
-#pragma unroll
-        for (int c = 0; c < kInner; ++c) {
-          const int i = vec_row(o, c), j = vec_col(o, j0);
-          const bool in = i < Dk && j < Dv;
-          one[o][c] = *reinterpret_cast<const V*>(in ? s_in + vec_off(i, j) : s_in);
-          if (!in)
-#pragma unroll
-            for (int e = 0; e < kVec; ++e) one[o][c].x[e] = Elem<T>::from_float(0.0f);
-        }
-      return;
-    }
     if (it < item_end) {
       const int j0 = it * kColsPerItem;
 #pragma unroll
@@ -1394,13 +1367,6 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
   };
   // This lane's copies of `item` (group `item`) have landed; read them back.
   auto fetch_item = [&](int /*it*/, int stage, V (&s)[kOuter][kInner]) {
-    if constexpr (kOneItem) {
-#pragma unroll
-      for (int o = 0; o < kOuter; ++o)
-#pragma unroll
-        for (int c = 0; c < kInner; ++c) s[o][c] = one[o][c];
-      return;
-    }
     async_wait<kStages - 1>();
 #pragma unroll
     for (int o = 0; o < kOuter; ++o)
@@ -1603,7 +1569,7 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
   for (int stage = 0;; stage = stage + 1 == kStages ? 0 : stage + 1) {
     const bool has_next = item + 1 < item_end;
 #if GDN_VK_RING
-    if constexpr (!kOneItem) issue_item(item + kStages - 1, stage == 0 ? kStages - 1 : stage - 1);
+    issue_item(item + kStages - 1, stage == 0 ? kStages - 1 : stage - 1);
 #endif
     VLoad v_next;
     if (has_next) load_v((item + 1) * kColsPerItem, v_next);
@@ -1680,13 +1646,12 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
 // what a block reads before its loads takes 3 constant lines (KernelParams).
 // (group_heads, warps_per_head, cluster and fdiv are the fused kernels'.)
 // kNorm: the norm alone as its epilogue (decode_vk's kStepNorm).
-template <typename T, Layout kLayout, int kDk, int kP, typename IO, int kHints, bool kNorm = false,
-          bool kOneItem = false>
-__global__ void __launch_bounds__(8 * kWarp, (vk_min_blocks<T, false, kOneItem>()))
+template <typename T, Layout kLayout, int kDk, int kP, typename IO, int kHints, bool kNorm = false>
+__global__ void __launch_bounds__(8 * kWarp, (vk_min_blocks<T, false>()))
     decode_vk_step_kernel(int items_per_head, int items_per_warp, FastDiv by_blocks_per_head, FastDiv by_hv,
                           FastDiv by_head_map, bool small_loads_first, const __grid_constant__ KernelParams p,
                           float scale) {
-  decode_vk<T, kLayout, kDk, kP, IO, false, false, kHints, kNorm, false, kOneItem>(p, items_per_head, items_per_warp,
+  decode_vk<T, kLayout, kDk, kP, IO, false, false, kHints, kNorm>(p, items_per_head, items_per_warp,
                                                                   by_blocks_per_head, by_hv, by_head_map,
                                                                   small_loads_first, scale, 1, 1, 1, FusedArgs{});
 }
@@ -2636,31 +2601,6 @@ int resident_warps_per_sm() {
   });
 }
 
-#if GDN_VK_ONE_ITEM
-// The vk step's one-item instantiation (Launch::one_item; its L2 policies,
-// those of the step at small B) and the warps of it an SM holds in blocks
-// of 8 warps, once per device.
-template <typename T, Layout kLayout, int kDk, int kP, typename IO>
-constexpr auto one_item_kernel() {
-  return &decode_vk_step_kernel<T, kLayout, kDk, kP, IO, step_l2_hints<T, kLayout, kDk, kP>(), false, true>;
-}
-template <typename T, Layout kLayout, int kDk, int kP, typename IO>
-int one_item_warps_per_sm() {
-  static std::atomic<int> cache[kMaxCachedDevices];
-  return per_device(cache, [] {
-    int blocks = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &blocks, reinterpret_cast<const void*>(one_item_kernel<T, kLayout, kDk, kP, IO>()), 8 * kWarp, 0) !=
-            cudaSuccess ||
-        blocks < 1) {
-      (void)cudaGetLastError();
-      blocks = 1;
-    }
-    return blocks * 8;
-  });
-}
-#endif
-
 #if !defined(GDN_HIP)
 // The step's norm instantiations (Launch::step_norm; kP: kv's kW): the
 // step's limits (`smem`, its ring; all of the L1/shared array as shared
@@ -2886,7 +2826,7 @@ cudaError_t launch_kernel(void (*kernel)(KArgs...), unsigned grid, unsigned bloc
 }
 
 template <typename T, Layout kLayout, int kDk, int kP>
-Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp, bool one_item) {
+Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp) {
   constexpr int cpi = cols_per_item<T, kLayout, kDk, kP>();
   Launch g;
   g.items_per_head = (p.head_dim_v + cpi - 1) / cpi;
@@ -2926,7 +2866,7 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
   if (p.conv_width == 0 && p.norm_weight != nullptr) {
     DecodeParams step = p;
     step.norm_weight = nullptr;
-    Launch s = plan_launch<T, kLayout, kDk, kP>(step, sms, l2_bytes, max_items_per_warp, false);
+    Launch s = plan_launch<T, kLayout, kDk, kP>(step, sms, l2_bytes, max_items_per_warp);
     // blocks of w warps one wave holds
     const int resident = with_io(p, [](auto io) { return resident_warps_per_sm<T, kLayout, kDk, kP, decltype(io)>(); });
     auto wave = [&](int w) { return int64_t(resident / w) * sms; };
@@ -3082,35 +3022,7 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
   // (Long grids gained from 4 on the two-pass kernel, bf16 B = 128 1.15x vs
   // 1.21x at 2; on the one-pass kernel 2 is best, and 3 for fp32 states in
   // grids of >= 16 waves' items: default_items_per_warp.)
-  int64_t slots = int64_t(resident_warps) * sms;
-#if GDN_VK_ONE_ITEM
-  // One item a warp in registers (Launch::one_item) wherever the whole grid
-  // fits one wave of the one-item kernel: the ring kernel's copies through
-  // shared memory and its 80 registers (16-bit states: 24 warps an SM, so
-  // bf16 B = 8 at Qwen3.5's shape streamed 2 items a warp) cost more than
-  // they hide there. H200, tune_cuda lean (bench/RESULTS.md round 33): the
-  // least vk step, registers only, against the same with the state through
-  // shared memory: bf16 B = 1 2.75 against 2.96 us, B = 8 5.92 against
-  // 6.12; fp32 B = 1 3.10 against 3.64.
-  if constexpr (kLayout == Layout::kVK) {
-    const bool uniform_io = with_io(p, [](auto io) { return !std::is_same<decltype(io), MixedIO>::value; });
-    if (one_item && uniform_io && state_within_2l2 && step_l2_hints<T, kLayout, kDk, kP>() != 0) {
-      const int64_t one_slots = sms * int64_t(with_io(p, [](auto io) {
-                                  using IO = decltype(io);
-                                  if constexpr (std::is_same<IO, MixedIO>::value)
-                                    return 0;
-                                  else
-                                    return one_item_warps_per_sm<T, kLayout, kDk, kP, IO>();
-                                }));
-      if (items <= one_slots) {
-        slots = one_slots;
-        g.one_item = true;
-      }
-    }
-  }
-#else
-  (void)one_item;
-#endif
+  const int64_t slots = int64_t(resident_warps) * sms;
   int ipw = items <= slots || cap < 2 ? 1 : 2;
   while (ipw * 2 <= cap && items >= int64_t(4) * (ipw * 2) * slots) ipw *= 2;
   if (ipw == 2 && cap >= 3 && items >= int64_t(16) * slots) ipw = 3;
@@ -3274,15 +3186,6 @@ cudaError_t launch_decode(const DecodeParams& caller, const Launch& g, cudaStrea
             return kernel != nullptr ? launch_step(kernel) : cudaErrorNotSupported;
           }
 #endif
-#if GDN_VK_ONE_ITEM
-          if constexpr (!std::is_same<IO, MixedIO>::value) {
-            if (g.one_item) {
-              const auto kernel = one_item_kernel<T, kLayout, kDk, kP, IO>();
-              return launch_kernel(kernel, blocks, threads, tune_smem(kernel, 0), stream, pdl, 1, g.items_per_head,
-                                   g.items_per_warp, by_bph, by_hv, by_head_map, g.small_loads_first, kp, scale);
-            }
-          }
-#endif
 #if GDN_L2_HINTS
           if (g.l2_hints != 0)
             return launch_step(&decode_vk_step_kernel<T, kLayout, kDk, kP, IO, step_l2_hints<T, kLayout, kDk, kP>()>);
@@ -3307,10 +3210,10 @@ cudaError_t launch_decode(const DecodeParams& caller, const Launch& g, cudaStrea
 }
 
 // The shipped tile parameter of (T, L) at Dk capacity D.
-#define GDN_INSTANTIATE_DECODE_ONE(T, L, D)                                                                       \
-  template Launch plan_launch<T, L, D, default_tile_param<T, L>()>(const DecodeParams&, int, int64_t, int, bool); \
-  template cudaError_t launch_decode<T, L, D, default_tile_param<T, L>()>(const DecodeParams&, const Launch&,     \
-                                                                          cudaStream_t);
+#define GDN_INSTANTIATE_DECODE_ONE(T, L, D)                                                                 \
+  template Launch plan_launch<T, L, D, default_tile_param<T, L>()>(const DecodeParams&, int, int64_t, int); \
+  template cudaError_t launch_decode<T, L, D, default_tile_param<T, L>()>(                                  \
+      const DecodeParams&, const Launch&, cudaStream_t);
 
 #define GDN_INSTANTIATE_DECODE(T)                     \
   GDN_INSTANTIATE_DECODE_ONE(T, Layout::kVK, 64)      \
