@@ -531,7 +531,9 @@ void sweep_width(int sms) {
 // flight, and after they land does only what the operation needs: the two
 // sums of a row (one butterfly over the row's lanes), delta, S' (stored in
 // place) and o. kMath false: the same loads and stores with no arithmetic
-// between them (the grid's traffic alone). kEF: S' stored evict-first (the
+// between them (the grid's traffic alone; only with kEF, whose asm store
+// the compiler keeps: a plain store of the value just loaded from the same
+// address it drops, load and all). kEF: S' stored evict-first (the
 // library's vk policy at small B). Two of the library kernel's habits, to
 // see which costs: kAsync, the state through shared memory by cp.async
 // (the library's ring) instead of straight into registers; kTwice, each
@@ -541,6 +543,7 @@ template <typename T, int R, bool kMath, bool kEF, bool kAsync = false, bool kTw
 __global__ void lean_vk_kernel(const __nv_bfloat16* qkv, int64_t cdim, const __nv_bfloat16* a_in,
                                const __nv_bfloat16* b_in, const float* A_log, const float* dt_bias, T* state,
                                __nv_bfloat16* o, int hk_n, int hv_n) {
+  static_assert(kMath || kEF, "the traffic alone needs the store the compiler keeps");
   constexpr int kD = 128;
   constexpr int kVec = 16 / int(sizeof(T));  // state values a lane holds of a row
   constexpr int kL = kD / kVec;              // lanes a row: 32 fp32, 16 bf16
@@ -758,8 +761,6 @@ void lean_rows(int sms, int64_t B, int rep) {
     row("math", 4, w, lean_time<T, 4, true>(bed, w));
     row("math", 8, w, lean_time<T, 8, true>(bed, w));
     row("math", 16, w, lean_time<T, 16, true>(bed, w));
-    row("copy", 4, w, lean_time<T, 4, false>(bed, w));
-    row("copy", 8, w, lean_time<T, 8, false>(bed, w));
     row("mathEF", 4, w, lean_time<T, 4, true, true>(bed, w));
     row("mathEF", 8, w, lean_time<T, 8, true, true>(bed, w));
     row("copyEF", 4, w, lean_time<T, 4, false, true>(bed, w));
