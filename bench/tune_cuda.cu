@@ -539,6 +539,12 @@ void sweep_width(int sms) {
 // (the library's ring) instead of straight into registers; kTwice, each
 // 16-bit value widened where it is used (for the sums, then for S') instead
 // of once into registers kept for both.
+// 16-byte vectors of the state a lane of the lean kernel holds: R rows, each
+// Dk = 128 values over 128 / (16 / sizeof(T)) lanes.
+template <typename T, int R>
+constexpr int lean_vectors() {
+  return R / (32 / (128 / (16 / int(sizeof(T)))));
+}
 template <typename T, int R, bool kMath, bool kEF, bool kAsync = false, bool kTwice = false>
 __global__ void lean_vk_kernel(const __nv_bfloat16* qkv, int64_t cdim, const __nv_bfloat16* a_in,
                                const __nv_bfloat16* b_in, const float* A_log, const float* dt_bias, T* state,
@@ -548,7 +554,7 @@ __global__ void lean_vk_kernel(const __nv_bfloat16* qkv, int64_t cdim, const __n
   constexpr int kVec = 16 / int(sizeof(T));  // state values a lane holds of a row
   constexpr int kL = kD / kVec;              // lanes a row: 32 fp32, 16 bf16
   constexpr int kRw = 32 / kL;               // rows a warp instruction covers
-  constexpr int kN = R / kRw;                // vectors a lane holds
+  constexpr int kN = lean_vectors<T, R>();   // vectors a lane holds (R / kRw)
   const int lane = int(threadIdx.x) & 31;
   const int64_t gw = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int64_t bh = gw / (kD / R);  // b * Hv + h
@@ -619,8 +625,7 @@ __global__ void lean_vk_kernel(const __nv_bfloat16* qkv, int64_t cdim, const __n
   }
   kq *= rq * rk;
   // g = -exp(A_log) softplus(a + dt_bias); beta = sigmoid(b)
-  const float x = ar + dt;
-  const float eg = expf(-expf(al) * (x > 20.f ? x : log1pf(expf(x))));
+  const float eg = expf(-expf(al) * gdn::cuda::softplus(ar + dt));
   const float beta = 1.f / (1.f + expf(-br));
   const float scale = rsqrtf(float(kD));
   float sk[kN], sq[kN], sv[kN][kVec];
@@ -672,9 +677,8 @@ double lean_time(Bed& bed, int warps) {
   const unsigned blocks = unsigned(rows / R / warps);
   const int n = bed.calls();
   cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
-    // (kAsync) a lane's kN 16-byte vectors: R rows over 32 / (Dk / vector) rows an instruction
-    constexpr int kN = R / (32 / (128 / (16 / int(sizeof(T)))));
-    const size_t smem = kAsync ? size_t(threads) * kN * 16 : 0;
+    // (kAsync) the ring: a lane's vectors
+    const size_t smem = kAsync ? size_t(threads) * lean_vectors<T, R>() * 16 : 0;
     lean_vk_kernel<T, R, kMath, kEF, kAsync, kTwice><<<blocks, threads, smem, bed.stream>>>(
         static_cast<const __nv_bfloat16*>(cur.qkv), bed.conv_dim, static_cast<const __nv_bfloat16*>(cur.a),
         static_cast<const __nv_bfloat16*>(cur.b), bed.A_log, bed.dt_bias, static_cast<T*>(cur.state),
