@@ -8,6 +8,7 @@
 // and RESULTS round 8).
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -28,9 +29,10 @@ struct Variant {
   cudaError_t (*run)(const gdn::DecodeParams&, int sms, int max_ipw, cudaStream_t);
 };
 
-template <typename T, Layout L, int kP>
+// (kLean false: the ring kernel where the library would take the lean one)
+template <typename T, Layout L, int kP, bool kLean = true>
 cudaError_t run_variant(const gdn::DecodeParams& p, int sms, int max_ipw, cudaStream_t s) {
-  const gdn::cuda::Launch g = gdn::cuda::plan_launch<T, L, 128, kP>(p, sms, g_l2_bytes, max_ipw);
+  const gdn::cuda::Launch g = gdn::cuda::plan_launch<T, L, 128, kP>(p, sms, g_l2_bytes, max_ipw, kLean);
   return gdn::cuda::launch_decode<T, L, 128, kP>(p, g, s);
 }
 
@@ -406,7 +408,7 @@ void sweep_block_size(int sms) {
       const int n = bed.calls();
       cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
         const gdn::DecodeParams p = bed.params(cur);
-        gdn::cuda::Launch l = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(p, sms, g_l2_bytes, 4);
+        gdn::cuda::Launch l = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(p, sms, g_l2_bytes, 4, false);
         const int warps_per_head = (l.items_per_head + l.items_per_warp - 1) / l.items_per_warp;
         l.warps_per_block = w;
         l.blocks_per_head = (warps_per_head + w - 1) / w;
@@ -434,7 +436,7 @@ void sweep_items_per_warp(int sms) {
       const int n = bed.calls();
       cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
         const gdn::DecodeParams p = bed.params(cur);
-        gdn::cuda::Launch l = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(p, sms, g_l2_bytes, 2);
+        gdn::cuda::Launch l = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(p, sms, g_l2_bytes, 2, false);
         l.items_per_warp = ipw;
         const int warps_per_head = (l.items_per_head + ipw - 1) / ipw;
         l.blocks_per_head = (warps_per_head + l.warps_per_block - 1) / l.warps_per_block;
@@ -462,7 +464,7 @@ void hints_row(int sms, const Shape& sh, int rep) {
     cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
       const gdn::DecodeParams p = bed.params(cur);
       gdn::cuda::Launch l =
-          gdn::cuda::plan_launch<T, L, 128, kP>(p, sms, g_l2_bytes, gdn::cuda::default_items_per_warp<T, L>());
+          gdn::cuda::plan_launch<T, L, 128, kP>(p, sms, g_l2_bytes, gdn::cuda::default_items_per_warp<T, L>(), false);
       const std::string m = mode;
       if (m != "planner") l.l2_hints = m == "on" ? 1 : 0;
       GDN_BENCH_CHECK((gdn::cuda::launch_decode<T, L, 128, kP>(p, l, bed.stream)));
@@ -545,10 +547,23 @@ template <typename T, int R>
 constexpr int lean_vectors() {
   return R / (32 / (128 / (16 / int(sizeof(T)))));
 }
-template <typename T, int R, bool kMath, bool kEF, bool kAsync = false, bool kTwice = false>
+// kLib: the library's sums in the library's order (l2_normalize, then
+// OnePass's reduce-scatter of both sums of the held rows), its norm mode
+// and eps, and the launch's scale: its results are the library's bit for
+// bit (LEANCHECK), so the timing says what the library's order costs
+// in the lean form.
+struct LeanNorm {
+  gdn::L2Norm l2norm;
+  float l2norm_eps;
+};
+// kX (the library kernel's habits, one bit each): 1 griddepcontrol.wait
+// before the small loads (wait_upstream), 2 a __syncwarp between them and
+// the state's (issue_order_fence).
+template <typename T, int R, bool kMath, bool kEF, bool kAsync = false, bool kTwice = false, bool kLib = false,
+          int kX = 0>
 __global__ void lean_vk_kernel(const __nv_bfloat16* qkv, int64_t cdim, const __nv_bfloat16* a_in,
                                const __nv_bfloat16* b_in, const float* A_log, const float* dt_bias, T* state,
-                               __nv_bfloat16* o, int hk_n, int hv_n) {
+                               __nv_bfloat16* o, int hk_n, int hv_n, LeanNorm nrm, float lib_scale) {
   static_assert(kMath || kEF, "the traffic alone needs the store the compiler keeps");
   constexpr int kD = 128;
   constexpr int kVec = 16 / int(sizeof(T));  // state values a lane holds of a row
@@ -565,6 +580,7 @@ __global__ void lean_vk_kernel(const __nv_bfloat16* qkv, int64_t cdim, const __n
   const int kb = (lane % kL) * kVec;
   T* s = state + bh * kD * kD + int64_t(r0) * kD + kb;
   // small loads first, as raw words
+  if constexpr ((kX & 1) != 0) gdn::cuda::wait_upstream();
   const __nv_bfloat16* row = qkv + b * cdim;
   struct alignas(2 * kVec) Run {
     __nv_bfloat16 x[kVec];
@@ -574,11 +590,16 @@ __global__ void lean_vk_kernel(const __nv_bfloat16* qkv, int64_t cdim, const __n
   if (kMath) {
     qr = *reinterpret_cast<const Run*>(row + hk * kD + kb);
     kr = *reinterpret_cast<const Run*>(row + int64_t(hk_n) * kD + hk * kD + kb);
+    if constexpr (kLib)  // only the lane's output column (OnePass)
+      vr[0] = row[2 * int64_t(hk_n) * kD + int64_t(h) * kD + (r0 - lane / kL) +
+                  gdn::cuda::OnePass<1, kL, kN>::col(lane) * kRw + lane / kL];
+    else
 #pragma unroll
-    for (int n = 0; n < kN; ++n) vr[n] = row[2 * int64_t(hk_n) * kD + int64_t(h) * kD + r0 + n * kRw];
+      for (int n = 0; n < kN; ++n) vr[n] = row[2 * int64_t(hk_n) * kD + int64_t(h) * kD + r0 + n * kRw];
   }
   const float ar = kMath ? __bfloat162float(a_in[bh]) : 0.f, br = kMath ? __bfloat162float(b_in[bh]) : 0.f;
   const float al = kMath ? A_log[h] : 0.f, dt = kMath ? dt_bias[h] : 0.f;
+  if constexpr ((kX & 2) != 0) gdn::cuda::issue_order_fence();
   uint4 raw[kN];
   extern __shared__ uint4 lean_ring[];
   uint4* ring = lean_ring + (threadIdx.x / 32) * (kN * 32) + lane;
@@ -599,6 +620,47 @@ __global__ void lean_vk_kernel(const __nv_bfloat16* qkv, int64_t cdim, const __n
 #pragma unroll
     for (int n = 0; n < kN; ++n)
       gdn::cuda::store_state16<kEF>(reinterpret_cast<uint4*>(s + int64_t(n) * kRw * kD), raw[n]);
+    return;
+  }
+  if constexpr (kLib) {
+    static_assert(!kAsync && !kTwice, "kLib: the register form");
+    float q[kVec], k[kVec];
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      q[i] = __bfloat162float(qr.x[i]);
+      k[i] = __bfloat162float(kr.x[i]);
+    }
+    const float kq = gdn::cuda::l2_normalize<1, kL>(nrm, lane, q, k);
+    // g = -exp(A_log) softplus(a + dt_bias); decay = exp(g); beta = sigmoid(b)
+    const float g = -expf(al) * gdn::cuda::softplus(ar + dt);
+    const float decay = expf(g);
+    const float beta = 1.0f / (1.0f + expf(-br));
+    using Pass = gdn::cuda::OnePass<1, kL, kN>;
+    // the lane's output column, as the library numbers it (vector n is row r0 + n kRw)
+    const int out_n = Pass::col(lane);
+    const float v_col = __bfloat162float(vr[0]);
+    float delta[kN];
+    const float o_val = Pass::run(
+        [&](int v) {
+          const float* w = (v & 1) ? q : k;
+          const T* e = reinterpret_cast<const T*>(&raw[v / 2]);
+          float a = 0.0f;
+#pragma unroll
+          for (int i = 0; i < kVec; ++i) a += gdn::cuda::Elem<T>::to_float(e[i]) * w[i];
+          return a;
+        },
+        v_col, decay, beta, kq, lib_scale, lane, delta);
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+      // S' = exp(g) S + k delta
+      uint4 out;
+      T* e = reinterpret_cast<T*>(&out);
+      const T* si = reinterpret_cast<const T*>(&raw[n]);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) e[i] = gdn::cuda::Elem<T>::from_float(decay * gdn::cuda::Elem<T>::to_float(si[i]) + k[i] * delta[n]);
+      gdn::cuda::store_state16<kEF>(reinterpret_cast<uint4*>(s + int64_t(n) * kRw * kD), out);
+    }
+    if (Pass::writer(lane)) o[bh * kD + (r0 - lane / kL) + out_n * kRw + lane / kL] = __float2bfloat16_rn(o_val);
     return;
   }
   // l2norm of q and k over the row's lanes (while the state is in flight)
@@ -670,7 +732,15 @@ __global__ void lean_vk_kernel(const __nv_bfloat16* qkv, int64_t cdim, const __n
   }
 }
 
-template <typename T, int R, bool kMath, bool kEF = false, bool kAsync = false, bool kTwice = false>
+// The norm convention and scale of the bed's calls, as the library reads them.
+LeanNorm lean_norm(const Bed& bed) {
+  const gdn::DecodeParams p = bed.params(bed.sets[0]);
+  return LeanNorm{p.l2norm, p.l2norm_eps};
+}
+float lean_scale(const Bed& bed) { return gdn::effective_scale(bed.params(bed.sets[0])); }
+
+template <typename T, int R, bool kMath, bool kEF = false, bool kAsync = false, bool kTwice = false, bool kLib = false,
+          int kX = 0>
 double lean_time(Bed& bed, int warps) {
   const int64_t rows = bed.s.B * bed.s.hv * 128;
   const int threads = 32 * warps;
@@ -679,10 +749,10 @@ double lean_time(Bed& bed, int warps) {
   cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
     // (kAsync) the ring: a lane's vectors
     const size_t smem = kAsync ? size_t(threads) * lean_vectors<T, R>() * 16 : 0;
-    lean_vk_kernel<T, R, kMath, kEF, kAsync, kTwice><<<blocks, threads, smem, bed.stream>>>(
+    lean_vk_kernel<T, R, kMath, kEF, kAsync, kTwice, kLib, kX><<<blocks, threads, smem, bed.stream>>>(
         static_cast<const __nv_bfloat16*>(cur.qkv), bed.conv_dim, static_cast<const __nv_bfloat16*>(cur.a),
         static_cast<const __nv_bfloat16*>(cur.b), bed.A_log, bed.dt_bias, static_cast<T*>(cur.state),
-        static_cast<__nv_bfloat16*>(cur.o), bed.s.hk, bed.s.hv);
+        static_cast<__nv_bfloat16*>(cur.o), bed.s.hk, bed.s.hv, lean_norm(bed), lean_scale(bed));
   });
   const double us = bed.time_graph(g, n);
   cudaGraphExecDestroy(g);
@@ -691,7 +761,7 @@ double lean_time(Bed& bed, int warps) {
 
 // The lean kernel's results against the library's on the bed's first set
 // (both from the same initial state): the largest differences of o and S'.
-template <typename T, int R>
+template <typename T, int R, bool kLib = false>
 void lean_check(Bed& bed, int sms) {
   const Set& st = bed.sets[0];
   const size_t sb = bed.state_bytes, ob = size_t(bed.s.B) * bed.s.hv * 128 * 2;
@@ -707,10 +777,11 @@ void lean_check(Bed& bed, int sms) {
   mine.o = o_lib;
   GDN_BENCH_CHECK((run_variant<T, Layout::kVK, gdn::cuda::default_tile_param<T, Layout::kVK>()>(
       bed.params(mine), sms, gdn::cuda::default_items_per_warp<T, Layout::kVK>(), bed.stream)));
-  lean_vk_kernel<T, R, true, false><<<unsigned(bed.s.B * bed.s.hv * 128 / R / 4), 128, 0, bed.stream>>>(
-      static_cast<const __nv_bfloat16*>(st.qkv), bed.conv_dim, static_cast<const __nv_bfloat16*>(st.a),
-      static_cast<const __nv_bfloat16*>(st.b), bed.A_log, bed.dt_bias, static_cast<T*>(s_lean),
-      static_cast<__nv_bfloat16*>(o_lean), bed.s.hk, bed.s.hv);
+  lean_vk_kernel<T, R, true, false, false, false, kLib>
+      <<<unsigned(bed.s.B * bed.s.hv * 128 / R / 4), 128, 0, bed.stream>>>(
+          static_cast<const __nv_bfloat16*>(st.qkv), bed.conv_dim, static_cast<const __nv_bfloat16*>(st.a),
+          static_cast<const __nv_bfloat16*>(st.b), bed.A_log, bed.dt_bias, static_cast<T*>(s_lean),
+          static_cast<__nv_bfloat16*>(o_lean), bed.s.hk, bed.s.hv, lean_norm(bed), lean_scale(bed));
   GDN_BENCH_CHECK(cudaGetLastError());
   GDN_BENCH_CHECK(cudaStreamSynchronize(bed.stream));
   std::vector<T> h1(sb / sizeof(T)), h2(sb / sizeof(T));
@@ -729,21 +800,63 @@ void lean_check(Bed& bed, int sms) {
     dO = std::max(dO, double(std::fabs(gdn::bf16_to_float(o1[i]) - gdn::bf16_to_float(o2[i]))));
     mo = std::max(mo, double(std::fabs(gdn::bf16_to_float(o1[i]))));
   }
-  std::printf("LEANCHECK %-4s B=%-3lld R=%-2d max|dS'| %.3g max|do| %.3g (max|o| %.3g)\n",
-              sizeof(T) == 4 ? "fp32" : "bf16", (long long)bed.s.B, R, ds, dO, mo);
+  // (kLib: the bits themselves, which must all match)
+  size_t bits = 0;
+  bits += size_t(std::memcmp(h1.data(), h2.data(), sb) != 0) + size_t(std::memcmp(o1.data(), o2.data(), ob) != 0);
+  std::printf("LEANCHECK %-4s B=%-3lld R=%-2d %s max|dS'| %.3g max|do| %.3g (max|o| %.3g) bitwise %s\n",
+              sizeof(T) == 4 ? "fp32" : "bf16", (long long)bed.s.B, R, kLib ? "lib " : "lean", ds, dO, mo,
+              bits == 0 ? "equal" : "DIFFERENT");
   cudaFree(s_lib);
   cudaFree(s_lean);
   cudaFree(o_lib);
   cudaFree(o_lean);
 }
 
+// The library's call by its lean kernel against the same call by the ring
+// kernel (the planner told not to take the lean one), same initial state:
+// the bits must match (the switch keeps batch invariance).
+template <typename T>
+void ring_check(Bed& bed, int sms) {
+  constexpr int kP = gdn::cuda::default_tile_param<T, Layout::kVK>();
+  constexpr int kIpw = gdn::cuda::default_items_per_warp<T, Layout::kVK>();
+  const Set& st = bed.sets[0];
+  const size_t sb = bed.state_bytes, ob = size_t(bed.s.B) * bed.s.hv * 128 * 2;
+  std::vector<uint8_t> s1(sb), s2(sb), o1(ob), o2(ob);
+  void *s_dev, *o_dev;
+  GDN_BENCH_CHECK(cudaMalloc(&s_dev, sb));
+  GDN_BENCH_CHECK(cudaMalloc(&o_dev, ob));
+  Set mine = st;
+  mine.state = s_dev;
+  mine.o = o_dev;
+  const gdn::cuda::Launch plan = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(bed.params(mine), sms, g_l2_bytes, kIpw);
+  for (int k = 0; k < 2; ++k) {
+    GDN_BENCH_CHECK(cudaMemcpy(s_dev, st.state, sb, cudaMemcpyDeviceToDevice));
+    GDN_BENCH_CHECK(cudaMemset(o_dev, 0xff, ob));
+    if (k == 0)
+      GDN_BENCH_CHECK((run_variant<T, Layout::kVK, kP, true>(bed.params(mine), sms, kIpw, bed.stream)));
+    else
+      GDN_BENCH_CHECK((run_variant<T, Layout::kVK, kP, false>(bed.params(mine), sms, kIpw, bed.stream)));
+    GDN_BENCH_CHECK(cudaStreamSynchronize(bed.stream));
+    GDN_BENCH_CHECK(cudaMemcpy((k == 0 ? s1 : s2).data(), s_dev, sb, cudaMemcpyDeviceToHost));
+    GDN_BENCH_CHECK(cudaMemcpy((k == 0 ? o1 : o2).data(), o_dev, ob, cudaMemcpyDeviceToHost));
+  }
+  std::printf("RINGCHECK %-4s B=%-3lld planner lean %d W=%d: state %s, output %s\n", sizeof(T) == 4 ? "fp32" : "bf16",
+              (long long)bed.s.B, int(plan.lean), plan.warps_per_block, s1 == s2 ? "bitwise equal" : "DIFFERENT",
+              o1 == o2 ? "bitwise equal" : "DIFFERENT");
+  cudaFree(s_dev);
+  cudaFree(o_dev);
+}
+
 template <typename T>
 void lean_rows(int sms, int64_t B, int rep) {
   const gdn::DType t = sizeof(T) == 4 ? gdn::DType::kF32 : gdn::DType::kBF16;
   Bed bed(Shape{B, 16, 32, 128, t, Layout::kVK, false});
+  // the library's item: 4 columns of fp32, 8 of 16-bit states
+  constexpr int kR = sizeof(T) == 4 ? 4 : 8;
   if (rep == 0) {
-    lean_check<T, 4>(bed, sms);
-    lean_check<T, 8>(bed, sms);
+    lean_check<T, kR>(bed, sms);
+    lean_check<T, kR, true>(bed, sms);
+    ring_check<T>(bed, sms);
   }
   const double copy = bed.copy_floor_us();
   const int n = bed.calls();
@@ -753,25 +866,28 @@ void lean_rows(int sms, int64_t B, int rep) {
   });
   const double lib = bed.time_graph(g, n);
   cudaGraphExecDestroy(g);
+  g = bed.capture(n, [&](const Set& cur, const Set&) {
+    GDN_BENCH_CHECK((run_variant<T, Layout::kVK, gdn::cuda::default_tile_param<T, Layout::kVK>(), false>(
+        bed.params(cur), sms, gdn::cuda::default_items_per_warp<T, Layout::kVK>(), bed.stream)));
+  });
+  const double ring = bed.time_graph(g, n);
+  cudaGraphExecDestroy(g);
   const char* tn = sizeof(T) == 4 ? "fp32" : "bf16";
   std::printf("LEAN %d %-4s B=%-3lld library vk      %9.3f copy %9.3f ratio %6.3f\n", rep, tn, (long long)B, lib, copy,
               lib / copy);
+  std::printf("LEAN %d %-4s B=%-3lld ring kernel     %9.3f copy %9.3f ratio %6.3f\n", rep, tn, (long long)B, ring,
+              copy, ring / copy);
   auto row = [&](const char* form, int r, int w, double us) {
     std::printf("LEAN %d %-4s B=%-3lld %-6s R=%-2d W=%d %9.3f copy %9.3f ratio %6.3f\n", rep, tn, (long long)B, form, r,
                 w, us, copy, us / copy);
   };
+  // (round 33 swept R 2-16 and the async and twice forms; round 34 the
+  // library's order at the library's item)
   for (int w : {2, 4, 8}) {
-    row("math", 2, w, lean_time<T, 2, true>(bed, w));
-    row("math", 4, w, lean_time<T, 4, true>(bed, w));
-    row("math", 8, w, lean_time<T, 8, true>(bed, w));
-    row("math", 16, w, lean_time<T, 16, true>(bed, w));
-    row("mathEF", 4, w, lean_time<T, 4, true, true>(bed, w));
-    row("mathEF", 8, w, lean_time<T, 8, true, true>(bed, w));
-    row("copyEF", 4, w, lean_time<T, 4, false, true>(bed, w));
-    row("asyncEF", 4, w, lean_time<T, 4, true, true, true>(bed, w));
-    row("asyncEF", 8, w, lean_time<T, 8, true, true, true>(bed, w));
-    row("twiceEF", 4, w, lean_time<T, 4, true, true, false, true>(bed, w));
-    row("twiceEF", 8, w, lean_time<T, 8, true, true, false, true>(bed, w));
+    row("libEF", kR, w, lean_time<T, kR, true, true, false, false, true>(bed, w));
+    row("libEFw", kR, w, lean_time<T, kR, true, true, false, false, true, 1>(bed, w));
+    row("libEFf", kR, w, lean_time<T, kR, true, true, false, false, true, 2>(bed, w));
+    row("libEFwf", kR, w, lean_time<T, kR, true, true, false, false, true, 3>(bed, w));
   }
 }
 
@@ -859,7 +975,7 @@ void occupancy_vk_row(int sms, int per_sm, int64_t B, int rep) {
     for (int m : {0, 2, 3, 4}) {
       const gdn::DecodeParams p0 = bed.params(bed.sets[0]);
       gdn::cuda::Launch g = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(
-          p0, sms, g_l2_bytes, gdn::cuda::default_items_per_warp<T, Layout::kVK>());
+          p0, sms, g_l2_bytes, gdn::cuda::default_items_per_warp<T, Layout::kVK>(), false);
       if (m > 0) {
         if (m == g.items_per_warp) continue;  // the planner's (m = 0)
         const int wph = (g.items_per_head + m - 1) / m;

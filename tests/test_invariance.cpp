@@ -23,6 +23,10 @@ struct Problem {
   int hk{2}, hv{4}, d{128};
   gdn::DType state;
   gdn::Layout layout;
+  // q, k, v, a, b in `io`, the output in `out` (one dtype for all of them
+  // takes the GPU kernels' uniform-input instantiations, among them the vk
+  // lean kernel of one-wave grids; bf16 in and fp32 out their mixed one)
+  gdn::DType io{gdn::DType::kBF16}, out{gdn::DType::kF32};
   std::vector<uint8_t> qkv, a, b, pool;
   std::vector<float> A_log, dt_bias;
   std::vector<int32_t> idx;
@@ -36,17 +40,18 @@ struct Problem {
 };
 
 Problem make_problem(int64_t B, gdn::DType state, gdn::Layout layout, uint64_t seed, bool conv = false,
-                     bool norm = false, int d = 128) {
-  Problem P{B, B + 8, 2, 4, d, state, layout, {}, {}, {}, {}, {}, {}, {}, conv, norm, {}, {}, {}, {}, {}};
+                     bool norm = false, int d = 128, gdn::DType io = gdn::DType::kBF16,
+                     gdn::DType out = gdn::DType::kF32) {
+  Problem P{B, B + 8, 2, 4, d, state, layout, io, out, {}, {}, {}, {}, {}, {}, {}, conv, norm, {}, {}, {}, {}, {}};
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> n01(0.0, 1.0);
   auto fill = [&](std::vector<uint8_t>& x, int64_t n, gdn::DType t, double sd) {
     x.resize(size_t(n) * gdn::dtype_size(t));
     for (int64_t i = 0; i < n; ++i) gdn::store_element(x.data(), t, i, sd * n01(rng));
   };
-  fill(P.qkv, B * P.conv_dim(), gdn::DType::kBF16, 1.0);
-  fill(P.a, B * P.hv, gdn::DType::kBF16, 1.0);
-  fill(P.b, B * P.hv, gdn::DType::kBF16, 1.0);
+  fill(P.qkv, B * P.conv_dim(), io, 1.0);
+  fill(P.a, B * P.hv, io, 1.0);
+  fill(P.b, B * P.hv, io, 1.0);
   fill(P.pool, P.slots * int64_t(P.slot_bytes() / gdn::dtype_size(state)), state, 0.5);
   std::uniform_real_distribution<double> A(1.0, 16.0), dt(std::log(1e-3), std::log(0.1));
   for (int h = 0; h < P.hv; ++h) {
@@ -84,16 +89,17 @@ RowsResult run_rows(gdn::Backend backend, const Problem& P, int64_t row0, int64_
              const std::vector<int32_t>& idx, const std::vector<uint8_t>& pool,
              const std::vector<uint8_t>& conv_pool = {}) {
   const int64_t conv = P.conv_dim();
-  DeviceBuffer qkv(backend, std::vector<uint8_t>(P.qkv.begin() + row0 * conv * 2,
-                                                 P.qkv.begin() + (row0 + n) * conv * 2));
-  DeviceBuffer a(backend, std::vector<uint8_t>(P.a.begin() + row0 * P.hv * 2, P.a.begin() + (row0 + n) * P.hv * 2));
-  DeviceBuffer b(backend, std::vector<uint8_t>(P.b.begin() + row0 * P.hv * 2, P.b.begin() + (row0 + n) * P.hv * 2));
+  const int64_t e = int64_t(gdn::dtype_size(P.io));
+  DeviceBuffer qkv(backend, std::vector<uint8_t>(P.qkv.begin() + row0 * conv * e,
+                                                 P.qkv.begin() + (row0 + n) * conv * e));
+  DeviceBuffer a(backend, std::vector<uint8_t>(P.a.begin() + row0 * P.hv * e, P.a.begin() + (row0 + n) * P.hv * e));
+  DeviceBuffer b(backend, std::vector<uint8_t>(P.b.begin() + row0 * P.hv * e, P.b.begin() + (row0 + n) * P.hv * e));
   DeviceBuffer A(backend, P.hv * 4), dt(backend, P.hv * 4), ix(backend, size_t(n) * 4);
   A.upload(P.A_log.data(), P.hv * 4);
   dt.upload(P.dt_bias.data(), P.hv * 4);
   ix.upload(idx.data(), size_t(n) * 4);
   DeviceBuffer state(backend, pool);
-  DeviceBuffer o(backend, size_t(n) * P.hv * P.d * 4);
+  DeviceBuffer o(backend, size_t(n) * P.hv * P.d * gdn::dtype_size(P.out));
   DeviceBuffer cstate, cweight, cbias, z, nw;
   if (P.conv) {
     cstate = DeviceBuffer(backend, conv_pool);
@@ -111,8 +117,8 @@ RowsResult run_rows(gdn::Backend backend, const Problem& P, int64_t row0, int64_
   p.num_k_heads = P.hk;
   p.num_v_heads = P.hv;
   p.head_dim_k = p.head_dim_v = P.d;
-  p.qkv_dtype = p.ab_dtype = gdn::DType::kBF16;
-  p.o_dtype = gdn::DType::kF32;
+  p.qkv_dtype = p.ab_dtype = P.io;
+  p.o_dtype = P.out;
   p.state_dtype = P.state;
   p.layout = P.layout;
   p.num_slots = P.slots;
@@ -157,7 +163,7 @@ void expect_invariant(gdn::Backend backend, const Problem& P) {
   EXPECT_TRUE(big.conv_pool == again.conv_pool) << "conv state differs between two identical runs";
 
   const size_t sb = P.slot_bytes(), cb = P.conv_slot_bytes();
-  const size_t ob = size_t(P.hv) * P.d * 4;
+  const size_t ob = size_t(P.hv) * P.d * gdn::dtype_size(P.out);
   for (int64_t r : {int64_t(0), int64_t(1), B / 2, B - 1}) {
     const int32_t spare = int32_t(P.slots - 1 - (r % 4));
     const size_t from = size_t(P.idx[size_t(r)]);
@@ -193,6 +199,25 @@ TEST_P(DecodeTest, DeterministicAndBatchInvariant) {
                        gdn::to_string(l) + ", head dim " + std::to_string(d));
           expect_invariant(backend(), make_problem(B, t, l, 77, false, false, d));
         }
+}
+
+TEST_P(DecodeTest, OneInputDtypeDeterministicAndBatchInvariant) {
+  // As above with q, k, v, a, b and the output in one dtype, which the GPU
+  // kernels take through their uniform-input instantiations: on NVIDIA a vk
+  // row alone (and bf16 and fp16 states at B = 48) runs in the lean kernel
+  // of one-wave grids, B = 600 in the ring kernel, whose bits it must
+  // reproduce (decode_vk_lean_kernel). Each state dtype, each input dtype.
+  // The host runs one arithmetic for every dtype (the test above covers it).
+  if (backend() == gdn::Backend::kHost) GTEST_SKIP() << "the host reference has no per-dtype kernels";
+  for (const int d : {128, 64})
+    for (const int64_t B : {48, 600})
+      for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16, gdn::DType::kF16})
+        for (gdn::DType io : {gdn::DType::kBF16, gdn::DType::kF16, gdn::DType::kF32})
+          for (gdn::Layout l : {gdn::Layout::kVK, gdn::Layout::kKV}) {
+            SCOPED_TRACE(std::string("B ") + std::to_string(B) + ", state " + gdn::to_string(t) + ", inputs " +
+                         gdn::to_string(io) + ", layout " + gdn::to_string(l) + ", head dim " + std::to_string(d));
+            expect_invariant(backend(), make_problem(B, t, l, 79, false, false, d, io, io));
+          }
 }
 
 TEST_P(DecodeTest, FusedMiddleDeterministicAndBatchInvariant) {
