@@ -29,10 +29,9 @@ struct Variant {
   cudaError_t (*run)(const gdn::DecodeParams&, int sms, int max_ipw, cudaStream_t);
 };
 
-// (kLean false: the ring kernel where the library would take the lean one)
-template <typename T, Layout L, int kP, bool kLean = true>
+template <typename T, Layout L, int kP>
 cudaError_t run_variant(const gdn::DecodeParams& p, int sms, int max_ipw, cudaStream_t s) {
-  const gdn::cuda::Launch g = gdn::cuda::plan_launch<T, L, 128, kP>(p, sms, g_l2_bytes, max_ipw, kLean);
+  const gdn::cuda::Launch g = gdn::cuda::plan_launch<T, L, 128, kP>(p, sms, g_l2_bytes, max_ipw);
   return gdn::cuda::launch_decode<T, L, 128, kP>(p, g, s);
 }
 
@@ -408,7 +407,7 @@ void sweep_block_size(int sms) {
       const int n = bed.calls();
       cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
         const gdn::DecodeParams p = bed.params(cur);
-        gdn::cuda::Launch l = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(p, sms, g_l2_bytes, 4, false);
+        gdn::cuda::Launch l = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(p, sms, g_l2_bytes, 4);
         const int warps_per_head = (l.items_per_head + l.items_per_warp - 1) / l.items_per_warp;
         l.warps_per_block = w;
         l.blocks_per_head = (warps_per_head + w - 1) / w;
@@ -436,7 +435,7 @@ void sweep_items_per_warp(int sms) {
       const int n = bed.calls();
       cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
         const gdn::DecodeParams p = bed.params(cur);
-        gdn::cuda::Launch l = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(p, sms, g_l2_bytes, 2, false);
+        gdn::cuda::Launch l = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(p, sms, g_l2_bytes, 2);
         l.items_per_warp = ipw;
         const int warps_per_head = (l.items_per_head + ipw - 1) / ipw;
         l.blocks_per_head = (warps_per_head + l.warps_per_block - 1) / l.warps_per_block;
@@ -464,7 +463,7 @@ void hints_row(int sms, const Shape& sh, int rep) {
     cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
       const gdn::DecodeParams p = bed.params(cur);
       gdn::cuda::Launch l =
-          gdn::cuda::plan_launch<T, L, 128, kP>(p, sms, g_l2_bytes, gdn::cuda::default_items_per_warp<T, L>(), false);
+          gdn::cuda::plan_launch<T, L, 128, kP>(p, sms, g_l2_bytes, gdn::cuda::default_items_per_warp<T, L>());
       const std::string m = mode;
       if (m != "planner") l.l2_hints = m == "on" ? 1 : 0;
       GDN_BENCH_CHECK((gdn::cuda::launch_decode<T, L, 128, kP>(p, l, bed.stream)));
@@ -657,7 +656,8 @@ __global__ void lean_vk_kernel(const __nv_bfloat16* qkv, int64_t cdim, const __n
       T* e = reinterpret_cast<T*>(&out);
       const T* si = reinterpret_cast<const T*>(&raw[n]);
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) e[i] = gdn::cuda::Elem<T>::from_float(decay * gdn::cuda::Elem<T>::to_float(si[i]) + k[i] * delta[n]);
+      for (int i = 0; i < kVec; ++i)
+        e[i] = gdn::cuda::Elem<T>::from_float(decay * gdn::cuda::Elem<T>::to_float(si[i]) + k[i] * delta[n]);
       gdn::cuda::store_state16<kEF>(reinterpret_cast<uint4*>(s + int64_t(n) * kRw * kD), out);
     }
     if (Pass::writer(lane)) o[bh * kD + (r0 - lane / kL) + out_n * kRw + lane / kL] = __float2bfloat16_rn(o_val);
@@ -812,41 +812,6 @@ void lean_check(Bed& bed, int sms) {
   cudaFree(o_lean);
 }
 
-// The library's call by its lean kernel against the same call by the ring
-// kernel (the planner told not to take the lean one), same initial state:
-// the bits must match (the switch keeps batch invariance).
-template <typename T>
-void ring_check(Bed& bed, int sms) {
-  constexpr int kP = gdn::cuda::default_tile_param<T, Layout::kVK>();
-  constexpr int kIpw = gdn::cuda::default_items_per_warp<T, Layout::kVK>();
-  const Set& st = bed.sets[0];
-  const size_t sb = bed.state_bytes, ob = size_t(bed.s.B) * bed.s.hv * 128 * 2;
-  std::vector<uint8_t> s1(sb), s2(sb), o1(ob), o2(ob);
-  void *s_dev, *o_dev;
-  GDN_BENCH_CHECK(cudaMalloc(&s_dev, sb));
-  GDN_BENCH_CHECK(cudaMalloc(&o_dev, ob));
-  Set mine = st;
-  mine.state = s_dev;
-  mine.o = o_dev;
-  const gdn::cuda::Launch plan = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(bed.params(mine), sms, g_l2_bytes, kIpw);
-  for (int k = 0; k < 2; ++k) {
-    GDN_BENCH_CHECK(cudaMemcpy(s_dev, st.state, sb, cudaMemcpyDeviceToDevice));
-    GDN_BENCH_CHECK(cudaMemset(o_dev, 0xff, ob));
-    if (k == 0)
-      GDN_BENCH_CHECK((run_variant<T, Layout::kVK, kP, true>(bed.params(mine), sms, kIpw, bed.stream)));
-    else
-      GDN_BENCH_CHECK((run_variant<T, Layout::kVK, kP, false>(bed.params(mine), sms, kIpw, bed.stream)));
-    GDN_BENCH_CHECK(cudaStreamSynchronize(bed.stream));
-    GDN_BENCH_CHECK(cudaMemcpy((k == 0 ? s1 : s2).data(), s_dev, sb, cudaMemcpyDeviceToHost));
-    GDN_BENCH_CHECK(cudaMemcpy((k == 0 ? o1 : o2).data(), o_dev, ob, cudaMemcpyDeviceToHost));
-  }
-  std::printf("RINGCHECK %-4s B=%-3lld planner lean %d W=%d: state %s, output %s\n", sizeof(T) == 4 ? "fp32" : "bf16",
-              (long long)bed.s.B, int(plan.lean), plan.warps_per_block, s1 == s2 ? "bitwise equal" : "DIFFERENT",
-              o1 == o2 ? "bitwise equal" : "DIFFERENT");
-  cudaFree(s_dev);
-  cudaFree(o_dev);
-}
-
 template <typename T>
 void lean_rows(int sms, int64_t B, int rep) {
   const gdn::DType t = sizeof(T) == 4 ? gdn::DType::kF32 : gdn::DType::kBF16;
@@ -856,7 +821,6 @@ void lean_rows(int sms, int64_t B, int rep) {
   if (rep == 0) {
     lean_check<T, kR>(bed, sms);
     lean_check<T, kR, true>(bed, sms);
-    ring_check<T>(bed, sms);
   }
   const double copy = bed.copy_floor_us();
   const int n = bed.calls();
@@ -866,17 +830,9 @@ void lean_rows(int sms, int64_t B, int rep) {
   });
   const double lib = bed.time_graph(g, n);
   cudaGraphExecDestroy(g);
-  g = bed.capture(n, [&](const Set& cur, const Set&) {
-    GDN_BENCH_CHECK((run_variant<T, Layout::kVK, gdn::cuda::default_tile_param<T, Layout::kVK>(), false>(
-        bed.params(cur), sms, gdn::cuda::default_items_per_warp<T, Layout::kVK>(), bed.stream)));
-  });
-  const double ring = bed.time_graph(g, n);
-  cudaGraphExecDestroy(g);
   const char* tn = sizeof(T) == 4 ? "fp32" : "bf16";
   std::printf("LEAN %d %-4s B=%-3lld library vk      %9.3f copy %9.3f ratio %6.3f\n", rep, tn, (long long)B, lib, copy,
               lib / copy);
-  std::printf("LEAN %d %-4s B=%-3lld ring kernel     %9.3f copy %9.3f ratio %6.3f\n", rep, tn, (long long)B, ring,
-              copy, ring / copy);
   auto row = [&](const char* form, int r, int w, double us) {
     std::printf("LEAN %d %-4s B=%-3lld %-6s R=%-2d W=%d %9.3f copy %9.3f ratio %6.3f\n", rep, tn, (long long)B, form, r,
                 w, us, copy, us / copy);
@@ -975,7 +931,7 @@ void occupancy_vk_row(int sms, int per_sm, int64_t B, int rep) {
     for (int m : {0, 2, 3, 4}) {
       const gdn::DecodeParams p0 = bed.params(bed.sets[0]);
       gdn::cuda::Launch g = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(
-          p0, sms, g_l2_bytes, gdn::cuda::default_items_per_warp<T, Layout::kVK>(), false);
+          p0, sms, g_l2_bytes, gdn::cuda::default_items_per_warp<T, Layout::kVK>());
       if (m > 0) {
         if (m == g.items_per_warp) continue;  // the planner's (m = 0)
         const int wph = (g.items_per_head + m - 1) / m;

@@ -204,8 +204,6 @@
 #define GDN_MAX_BLOCK_SMEM (227 * 1024)
 // L2 cache policies on the state's traffic (Launch::l2_hints)
 #define GDN_L2_HINTS 1
-// The vk step's lean kernel in one-wave grids (Launch::lean)
-#define GDN_VK_LEAN 1
 namespace gdn {
 namespace cuda {
 using bf16 = __nv_bfloat16;
@@ -800,10 +798,6 @@ struct Launch {
   // head's blocks form a cluster of blocks_per_head (`cluster`), not the
   // fused kernel's groups.
   bool step_norm{false};
-  // (vk step) one item a warp by the lean kernel (decode_vk_lean_kernel),
-  // where the whole grid is one wave of it; W warps a block, blocks =
-  // ceil(B Hv items_per_head / W).
-  bool lean{false};
 };
 
 // The L2 policies a step tile's second instantiation applies (bits):
@@ -842,9 +836,8 @@ constexpr int kFusedL2Hints = kL2EvictFirst;
 
 // The geometry the library picks for p on a GPU with `sms` multiprocessors.
 // l2_bytes: its L2's size (where the state's L2 policies apply).
-// lean false: never the vk lean kernel (Launch::lean; tune_cuda's A/B).
 template <typename T, Layout kLayout, int kDk, int kP>
-Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp = 4, bool lean = true);
+Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp = 4);
 
 template <typename T, Layout kLayout, int kDk, int kP>
 cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t stream);

@@ -1667,161 +1667,6 @@ __global__ void __launch_bounds__(8 * kWarp, (vk_min_blocks<T, true>()))
       warps_per_head, cluster, fdiv);
 }
 
-#if GDN_VK_LEAN
-// ---- vk in one-wave grids: the lean step (Launch::lean) -------------------
-// Where every item of the call has a resident warp of its own from the start
-// (Qwen3.5's shape: B = 1, and B = 8 for 16-bit states), the step is one
-// round of memory latency and the ring kernel's machinery only lengthens
-// it: the copies through shared memory, a block's worth of coordinates and
-// 80 registers (16-bit states: 24 warps an SM, so bf16 B = 8 ran in two
-// rounds). Here each warp computes its one item with the state loaded
-// straight into registers: no shared memory, no barrier, 64 registers (32
-// warps an SM). The item, the rows and columns a lane holds, and every sum
-// (l2_normalize, OnePass) and expression are the ring kernel's, so the
-// results are its bits (batch invariance holds across the switch;
-// tests/test_invariance.cpp runs a row alone here against a batch of 600
-// in the ring kernel). H200, tune_cuda lean (bench/RESULTS.md round 34).
-// The launch takes it for the plain step with one input dtype, Dk the
-// kernel's capacity and Dv a multiple of the item's columns (no masks).
-// Grid: warp gw = blockIdx.x * W + warp is item gw % items_per_head of
-// head gw / items_per_head = b * Hv + h; warps past `items` return.
-template <typename T, int kDk, int kP, typename IO, int kHints>
-__global__ void __launch_bounds__(8 * kWarp, 4)
-    decode_vk_lean_kernel(int items_per_head, unsigned items, FastDiv by_items_per_head, FastDiv by_hv,
-                          FastDiv by_head_map, const __grid_constant__ KernelParams p, float scale) {
-  using VkT = VkTile<T, kDk, kP>;
-  using V = Vec<T>;
-  constexpr int kVec = V::kN;
-  constexpr int kOuter = VkT::kUnroll;        // columns a lane holds
-  constexpr int kInner = VkT::kChunksPerLane;  // chunks of kVec rows a lane holds of each
-  constexpr int kSpan = VkT::kLanesPerCol;     // lanes that hold a column's Dk rows
-  constexpr int kRowsHeld = kInner * kVec;
-  constexpr int kCols = VkT::kColsPerItem;
-  const int lane = int(threadIdx.x) % kWarp;
-  const unsigned gw = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-  if (gw >= items) return;
-  const unsigned row_head = by_items_per_head.div(gw);
-  const int item = int(gw - row_head * unsigned(items_per_head));
-  const unsigned b32 = by_hv.div(row_head);
-  const int h = int(row_head - b32 * unsigned(p.num_v_heads));
-  const int64_t b = b32;
-  const int j0 = item * kCols;
-  const RowSlots slots = row_slots(p, b);
-  // Each out-of-range index of a row counted once: by lane 0 of the warp
-  // with head 0's first item.
-  auto count_bad = [&] {
-    if (slots.bad != 0 && h == 0 && item == 0 && lane == 0 && p.invalid_index_count != nullptr)
-      atomicAdd(p.invalid_index_count, slots.bad);
-  };
-  if (slots.s_in < 0 || slots.s_in >= p.num_slots) {
-    count_bad();
-    // Padding row: zero the item's outputs, touch no state.
-    if (lane < kCols)
-      store_any(p.o, p.o_dtype, b * p.o_batch_stride + int64_t(h) * p.o_head_stride + j0 + lane, 0.0f);
-    return;
-  }
-  // Held row r = (c * kSpan + col_lane) * kVec + e (chunk c = r / kVec), held
-  // column o = j0 + o * kColsPerStep + step_col: the ring kernel's. Element
-  // (i, j) of a head lies at j * Dk + i, so the lane's vector (o, c) is at
-  // its first one's offset plus a constant (one address a lane, kept live
-  // from the loads to the stores: offsets from several bases held 95
-  // registers).
-  const int col_lane = lane % kSpan, step_col = lane / kSpan;
-  using Pass = OnePass<1, kSpan, kOuter>;
-  const int out_col = Pass::col(lane) * VkT::kColsPerStep + step_col;
-  const int64_t lane_off = int64_t(h) * kDk * p.head_dim_v + (j0 + step_col) * kDk + col_lane * kVec;
-  const T* s_in = static_cast<const T*>(p.state) + slots.s_in * p.state_slot_stride + lane_off;
-  T* s_out = static_cast<T*>(p.state) + slots.s_out * p.state_slot_stride + lane_off;
-  constexpr auto vec_off = [](int o, int c) { return o * VkT::kColsPerStep * kDk + c * kSpan * kVec; };
-  uint4 s[kOuter][kInner];
-  auto issue_state = [&] {
-#pragma unroll
-    for (int o = 0; o < kOuter; ++o)
-#pragma unroll
-      for (int c = 0; c < kInner; ++c) s[o][c] = *reinterpret_cast<const uint4*>(s_in + vec_off(o, c));
-  };
-  IoRun<IO, 1> v_raw;
-  IoRun<IO, kVec> q_raw[kInner], k_raw[kInner];
-  GateInputs<IO> gate_in;
-  auto issue_small = [&] {
-    v_raw.load(p.qkv_dtype, p.v, b * p.v_batch_stride + int64_t(h) * p.v_head_stride + j0 + out_col);
-    // interleaved: hk = h / G (by_head_map divides by G); tiled: hk = h % Hk
-    const unsigned hq = by_head_map.div(unsigned(h));
-    const int hk = p.head_map == HeadMap::kInterleaved ? int(hq) : h - int(hq) * p.num_k_heads;
-    const int64_t q_base = b * p.q_batch_stride + int64_t(hk) * p.q_head_stride + col_lane * kVec;
-    const int64_t k_base = b * p.k_batch_stride + int64_t(hk) * p.k_head_stride + col_lane * kVec;
-#pragma unroll
-    for (int c = 0; c < kInner; ++c) {
-      q_raw[c].load(p.qkv_dtype, p.q, q_base + c * kSpan * kVec);
-      k_raw[c].load(p.qkv_dtype, p.k, k_base + c * kSpan * kVec);
-    }
-    gate_in = load_gate_inputs<IO>(p, b, h);
-  };
-  // One round of latency: the small loads first (they are the longer path),
-  // the state's behind them; a programmatic launch issues the state's
-  // before its wait (the inputs may still be being written). A plain
-  // launch does not execute the wait at all (start_step_loads would): the
-  // previous kernel has finished by then anyway.
-  if (p.programmatic_launch) {
-    issue_state();
-    wait_upstream();
-    issue_small();
-  } else {
-    issue_small();
-    issue_order_fence();
-    issue_state();
-  }
-  count_bad();
-  float qh[kRowsHeld], kh[kRowsHeld];
-#pragma unroll
-  for (int c = 0; c < kInner; ++c) {
-    q_raw[c].to_float(qh + c * kVec);
-    k_raw[c].to_float(kh + c * kVec);
-  }
-  const Gates gates = finish_gates(p, gate_in);
-  const float kq = l2_normalize<1, kSpan>(p, lane, qh, kh);
-  // The state element (held row r, held column o)
-  auto elem = [&](int r, int o) -> float {
-    return Elem<T>::to_float(reinterpret_cast<const T*>(&s[o][r / kVec])[r % kVec]);
-  };
-  // delta of every held column and the lane's output (OnePass), from the
-  // partial sums over the lane's rows of S^T k_hat (value 2o) and S^T q_hat
-  // (2o + 1) of held column o
-  float delta[kOuter];
-  const float o_val = Pass::run(
-      [&](int v) {
-        const float* w = (v & 1) ? qh : kh;
-        float a = 0.0f;
-#pragma unroll
-        for (int r = 0; r < kRowsHeld; ++r) a += elem(r, v / 2) * w[r];
-        return a;
-      },
-      v_raw.value(), gates.decay, gates.beta, kq, scale, lane, delta);
-  // S' = exp(g) S + k_hat delta
-  if (slots.write) {
-#pragma unroll
-    for (int o = 0; o < kOuter; ++o)
-#pragma unroll
-      for (int c = 0; c < kInner; ++c) {
-        uint4 n;
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          const int r = c * kVec + e;
-          reinterpret_cast<T*>(&n)[e] = Elem<T>::from_float(gates.decay * elem(r, o) + kh[r] * delta[o]);
-        }
-        store_state16<(kHints & 1) != 0>(reinterpret_cast<uint4*>(s_out + vec_off(o, c)), n);
-      }
-  }
-  if (Pass::writer(lane)) {
-    const int64_t o_off = b * p.o_batch_stride + int64_t(h) * p.o_head_stride + j0 + out_col;
-    with_dtype<IO>(p.o_dtype, [&](auto tag) {
-      using E = decltype(tag);
-      static_cast<E*>(p.o)[o_off] = Elem<E>::from_float(o_val);
-    });
-  }
-}
-#endif
-
 // ---- kv: a tile computed where it was copied (both kv kernels) -----------
 // Ascending reduce-scatter over the lanes that hold a chunk's row groups (lane
 // bits kOff = kW, 2 kW, ... below kWarp): at each offset the lane with the bit
@@ -2756,30 +2601,6 @@ int resident_warps_per_sm() {
   });
 }
 
-#if GDN_VK_LEAN
-// The lean kernel of (T, kDk, IO) (its only instantiation: the step's L2
-// policies, which a one-wave grid always takes) and the warps of it an SM
-// holds, once per device.
-template <typename T, int kDk, int kP, typename IO>
-constexpr auto lean_kernel() {
-  return &decode_vk_lean_kernel<T, kDk, kP, IO, step_l2_hints<T, Layout::kVK, kDk, kP>()>;
-}
-template <typename T, int kDk, int kP, typename IO>
-int lean_warps_per_sm() {
-  static std::atomic<int> cache[kMaxCachedDevices];
-  return per_device(cache, [] {
-    int blocks = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &blocks, reinterpret_cast<const void*>(lean_kernel<T, kDk, kP, IO>()), 8 * kWarp, 0) != cudaSuccess ||
-        blocks < 1) {
-      (void)cudaGetLastError();
-      return 8;  // (only speed: the grid then fits the wave it assumes or not)
-    }
-    return blocks * 8;
-  });
-}
-#endif
-
 #if !defined(GDN_HIP)
 // The step's norm instantiations (Launch::step_norm; kP: kv's kW): the
 // step's limits (`smem`, its ring; all of the L1/shared array as shared
@@ -3005,7 +2826,7 @@ cudaError_t launch_kernel(void (*kernel)(KArgs...), unsigned grid, unsigned bloc
 }
 
 template <typename T, Layout kLayout, int kDk, int kP>
-Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp, bool lean) {
+Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp) {
   constexpr int cpi = cols_per_item<T, kLayout, kDk, kP>();
   Launch g;
   g.items_per_head = (p.head_dim_v + cpi - 1) / cpi;
@@ -3045,8 +2866,7 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
   if (p.conv_width == 0 && p.norm_weight != nullptr) {
     DecodeParams step = p;
     step.norm_weight = nullptr;
-    // (the ring kernel's geometry: the norm's instantiations are decode_vk's)
-    Launch s = plan_launch<T, kLayout, kDk, kP>(step, sms, l2_bytes, max_items_per_warp, false);
+    Launch s = plan_launch<T, kLayout, kDk, kP>(step, sms, l2_bytes, max_items_per_warp);
     // blocks of w warps one wave holds
     const int resident = with_io(p, [](auto io) { return resident_warps_per_sm<T, kLayout, kDk, kP, decltype(io)>(); });
     auto wave = [&](int w) { return int64_t(resident / w) * sms; };
@@ -3202,38 +3022,6 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
   // (Long grids gained from 4 on the two-pass kernel, bf16 B = 128 1.15x vs
   // 1.21x at 2; on the one-pass kernel 2 is best, and 3 for fp32 states in
   // grids of >= 16 waves' items: default_items_per_warp.)
-#if GDN_VK_LEAN
-  // The lean kernel (Launch::lean) wherever the whole grid is one wave of it,
-  // in blocks of the most warps (up to 8) that still put a block on every SM
-  // and load the busiest SM no more than one-warp blocks would (the rule
-  // below for one-wave grids, warps now dealt out over the grid rather than
-  // a head). Against the ring kernel: H200, tune_cuda lean (bench/RESULTS.md
-  // round 34).
-  if (lean && state_within_2l2 && p.head_dim_k == kDk && p.head_dim_v % cpi == 0) {
-    const int lean_warps = with_io(p, [](auto io) {
-      using IO = decltype(io);
-      if constexpr (std::is_same<IO, MixedIO>::value)
-        return 0;
-      else
-        return lean_warps_per_sm<T, kDk, kP, IO>();
-    });
-    if (items <= int64_t(lean_warps) * sms) {
-      auto blocks_with = [&](int ww) { return (items + ww - 1) / ww; };
-      auto busiest = [&](int ww) { return (blocks_with(ww) + sms - 1) / sms * ww; };
-      int w = 8;
-      while (w > 1 && (blocks_with(w) < sms || busiest(w) > busiest(1))) w /= 2;
-      g.lean = true;
-      g.warps_per_block = w;
-      g.items_per_warp = 1;
-      g.blocks_per_head = 0;  // (the grid is ceil(items / W) blocks)
-      g.small_loads_first = true;
-      g.l2_hints = step_l2_hints<T, kLayout, kDk, kP>();
-      return g;
-    }
-  }
-#else
-  (void)lean;
-#endif
   const int64_t slots = int64_t(resident_warps) * sms;
   int ipw = items <= slots || cap < 2 ? 1 : 2;
   while (ipw * 2 <= cap && items >= int64_t(4) * (ipw * 2) * slots) ipw *= 2;
@@ -3385,16 +3173,6 @@ cudaError_t launch_decode(const DecodeParams& caller, const Launch& g, cudaStrea
         const unsigned threads = unsigned(g.warps_per_block * kWarp);
         const size_t smem = smem_bytes<T, kLayout, kDk, kP>(g.warps_per_block) + fused_smem;
         if constexpr (!kFused) {
-#if GDN_VK_LEAN
-          if constexpr (!std::is_same<IO, MixedIO>::value) {
-            if (g.lean) {
-              const int64_t items = p.batch * p.num_v_heads * int64_t(g.items_per_head);
-              return launch_kernel(lean_kernel<T, kDk, kP, IO>(), unsigned((items + g.warps_per_block - 1) / g.warps_per_block),
-                                   threads, 0, stream, pdl, 1, g.items_per_head, unsigned(items),
-                                   FastDiv(unsigned(g.items_per_head)), by_hv, by_head_map, kp, scale);
-            }
-          }
-#endif
           auto launch_step = [&](auto kernel) {
             return launch_kernel(kernel, blocks, threads, tune_smem(kernel, smem), stream, pdl,
                                  g.step_norm ? g.cluster : 1, g.items_per_head, g.items_per_warp, by_bph, by_hv,
@@ -3432,10 +3210,10 @@ cudaError_t launch_decode(const DecodeParams& caller, const Launch& g, cudaStrea
 }
 
 // The shipped tile parameter of (T, L) at Dk capacity D.
-#define GDN_INSTANTIATE_DECODE_ONE(T, L, D)                                                                       \
-  template Launch plan_launch<T, L, D, default_tile_param<T, L>()>(const DecodeParams&, int, int64_t, int, bool); \
-  template cudaError_t launch_decode<T, L, D, default_tile_param<T, L>()>(const DecodeParams&, const Launch&,     \
-                                                                          cudaStream_t);
+#define GDN_INSTANTIATE_DECODE_ONE(T, L, D)                                                                 \
+  template Launch plan_launch<T, L, D, default_tile_param<T, L>()>(const DecodeParams&, int, int64_t, int); \
+  template cudaError_t launch_decode<T, L, D, default_tile_param<T, L>()>(                                  \
+      const DecodeParams&, const Launch&, cudaStream_t);
 
 #define GDN_INSTANTIATE_DECODE(T)                     \
   GDN_INSTANTIATE_DECODE_ONE(T, Layout::kVK, 64)      \
