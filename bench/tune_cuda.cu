@@ -813,7 +813,7 @@ void lean_check(Bed& bed, int sms) {
 }
 
 template <typename T>
-void lean_rows(int sms, int64_t B, int rep) {
+void lean_rows(int sms, int64_t B, int rep, bool r33) {
   const gdn::DType t = sizeof(T) == 4 ? gdn::DType::kF32 : gdn::DType::kBF16;
   Bed bed(Shape{B, 16, 32, 128, t, Layout::kVK, false});
   // the library's item: 4 columns of fp32, 8 of 16-bit states
@@ -837,9 +837,24 @@ void lean_rows(int sms, int64_t B, int rep) {
     std::printf("LEAN %d %-4s B=%-3lld %-6s R=%-2d W=%d %9.3f copy %9.3f ratio %6.3f\n", rep, tn, (long long)B, form, r,
                 w, us, copy, us / copy);
   };
-  // (round 33 swept R 2-16 and the async and twice forms; round 34 the
-  // library's order at the library's item)
+  // `lean r33`: round 33's forms (R 2-16, the state through shared memory,
+  // 16-bit values widened twice, the traffic alone); else round 34's: the
+  // library's order at the library's item, with the library's habits (kX)
   for (int w : {2, 4, 8}) {
+    if (r33) {
+      row("math", 2, w, lean_time<T, 2, true>(bed, w));
+      row("math", 4, w, lean_time<T, 4, true>(bed, w));
+      row("math", 8, w, lean_time<T, 8, true>(bed, w));
+      row("math", 16, w, lean_time<T, 16, true>(bed, w));
+      row("mathEF", 4, w, lean_time<T, 4, true, true>(bed, w));
+      row("mathEF", 8, w, lean_time<T, 8, true, true>(bed, w));
+      row("copyEF", 4, w, lean_time<T, 4, false, true>(bed, w));
+      row("asyncEF", 4, w, lean_time<T, 4, true, true, true>(bed, w));
+      row("asyncEF", 8, w, lean_time<T, 8, true, true, true>(bed, w));
+      row("twiceEF", 4, w, lean_time<T, 4, true, true, false, true>(bed, w));
+      row("twiceEF", 8, w, lean_time<T, 8, true, true, false, true>(bed, w));
+      continue;
+    }
     row("libEF", kR, w, lean_time<T, kR, true, true, false, false, true>(bed, w));
     row("libEFw", kR, w, lean_time<T, kR, true, true, false, false, true, 1>(bed, w));
     row("libEFf", kR, w, lean_time<T, kR, true, true, false, false, true, 2>(bed, w));
@@ -847,11 +862,11 @@ void lean_rows(int sms, int64_t B, int rep) {
   }
 }
 
-void sweep_lean(int sms) {
+void sweep_lean(int sms, bool r33) {
   for (int rep = 0; rep < 2; ++rep)
     for (int64_t B : {1, 8}) {
-      lean_rows<float>(sms, B, rep);
-      lean_rows<__nv_bfloat16>(sms, B, rep);
+      lean_rows<float>(sms, B, rep, r33);
+      lean_rows<__nv_bfloat16>(sms, B, rep, r33);
     }
 }
 
@@ -1181,7 +1196,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (only == "lean") {
-    sweep_lean(sms);
+    sweep_lean(sms, variant == "r33");
     return 0;
   }
   if (only == "width") {
