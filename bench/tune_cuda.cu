@@ -1159,6 +1159,91 @@ void sweep_launch() {
   cudaStreamDestroy(s);
 }
 
+// "dense": the library's vk step on dense calls in one wave, through
+// decode_vk_dense_kernel (as planned) against the ring kernel (plan_launch's
+// dense off), same process, same sets, alternating (RESULTS round 35).
+// First, on the bed's first set, both from the same initial state: whether
+// the plan takes the dense kernel, and whether the two agree bit for bit.
+template <typename T>
+cudaError_t run_library(const gdn::DecodeParams& p, int sms, bool dense, cudaStream_t s) {
+  constexpr int kP = gdn::cuda::default_tile_param<T, Layout::kVK>();
+  const gdn::cuda::Launch g = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(
+      p, sms, g_l2_bytes, gdn::cuda::default_items_per_warp<T, Layout::kVK>(), dense);
+  return gdn::cuda::launch_decode<T, Layout::kVK, 128, kP>(p, g, s);
+}
+
+template <typename T>
+void dense_rows(int sms, int64_t B, int hk, int hv, int rep) {
+  const gdn::DType t = sizeof(T) == 4 ? gdn::DType::kF32 : gdn::DType::kBF16;
+  Bed bed(Shape{B, hk, hv, 128, t, Layout::kVK, false});
+  const char* tn = sizeof(T) == 4 ? "fp32" : "bf16";
+  constexpr int kP = gdn::cuda::default_tile_param<T, Layout::kVK>();
+  const bool planned = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(
+                           bed.params(bed.sets[0]), sms, g_l2_bytes,
+                           gdn::cuda::default_items_per_warp<T, Layout::kVK>())
+                           .dense;
+  if (rep == 0) {
+    const Set& st = bed.sets[0];
+    const size_t sb = bed.state_bytes, ob = size_t(B) * hv * 128 * 2;
+    std::vector<uint8_t> hs[2], ho[2];
+    for (int d = 0; d < 2; ++d) {
+      void *s_dev, *o_dev;
+      GDN_BENCH_CHECK(cudaMalloc(&s_dev, sb));
+      GDN_BENCH_CHECK(cudaMalloc(&o_dev, ob));
+      GDN_BENCH_CHECK(cudaMemcpy(s_dev, st.state, sb, cudaMemcpyDeviceToDevice));
+      Set mine = st;
+      mine.state = s_dev;
+      mine.o = o_dev;
+      GDN_BENCH_CHECK(run_library<T>(bed.params(mine), sms, d == 1, bed.stream));
+      GDN_BENCH_CHECK(cudaStreamSynchronize(bed.stream));
+      hs[d].resize(sb);
+      ho[d].resize(ob);
+      GDN_BENCH_CHECK(cudaMemcpy(hs[d].data(), s_dev, sb, cudaMemcpyDeviceToHost));
+      GDN_BENCH_CHECK(cudaMemcpy(ho[d].data(), o_dev, ob, cudaMemcpyDeviceToHost));
+      cudaFree(s_dev);
+      cudaFree(o_dev);
+    }
+    std::printf("DENSECHECK %s B=%-3lld Hk=%-2d Hv=%-2d plan %s: state %s, output %s\n", tn, (long long)B, hk, hv,
+                planned ? "dense" : "ring ", hs[0] == hs[1] ? "bitwise equal" : "DIFFERENT",
+                ho[0] == ho[1] ? "bitwise equal" : "DIFFERENT");
+  }
+  const double copy = bed.copy_floor_us();
+  auto time = [&](bool dense) {
+    const int n = bed.calls();
+    cudaGraphExec_t g = bed.capture(
+        n, [&](const Set& cur, const Set&) { GDN_BENCH_CHECK(run_library<T>(bed.params(cur), sms, dense, bed.stream)); });
+    const double us = bed.time_graph(g, n);
+    cudaGraphExecDestroy(g);
+    return us;
+  };
+  // alternate which goes first
+  double ring, dense;
+  if (rep % 2 == 0) {
+    ring = time(false);
+    dense = time(true);
+  } else {
+    dense = time(true);
+    ring = time(false);
+  }
+  std::printf("DENSE %d %s B=%-3lld Hk=%-2d Hv=%-2d ring %7.3f dense %7.3f (%s) copy %7.3f | ratio ring %6.3f dense "
+              "%6.3f | dense/ring %6.3f\n",
+              rep, tn, (long long)B, hk, hv, ring, dense, planned ? "planned" : "ring  ", copy, ring / copy,
+              dense / copy, dense / ring);
+}
+
+void sweep_dense(int sms) {
+  struct Row {
+    int64_t B;
+    int hk, hv;
+  };
+  const Row rows[] = {{1, 16, 32}, {8, 16, 32}, {1, 16, 48}, {1, 16, 64}, {1, 4, 8}, {32, 4, 8}};
+  for (int rep = 0; rep < 3; ++rep)
+    for (const Row& r : rows) {
+      dense_rows<float>(sms, r.B, r.hk, r.hv, rep);
+      dense_rows<__nv_bfloat16>(sms, r.B, r.hk, r.hv, rep);
+    }
+}
+
 // Optional arguments: "vk" or "kv" sweeps that layout only ("blocks": the vk
 // block size at small B; "ipw": vk items a warp, forced; "hints": the L2
 // policies on the state's traffic off, on and as planned; "width": the
@@ -1168,6 +1253,7 @@ void sweep_launch() {
 // "copies": the in-place traffic alone against the copy floor, by form;
 // "launch": what a launch costs by its grid alone; "lean": the least a vk
 // step can do at B = 1 and 8, as a whole kernel, against the library's;
+// "dense": the library's dense kernel against its ring kernel;
 // "occupancy": the step with at most k blocks an SM); a
 // second one keeps the variants whose name has it. (A kv variant runs the
 // planner's choice, which takes 4-warp tiles in one-round grids: "kv W=8"
@@ -1193,6 +1279,10 @@ int main(int argc, char** argv) {
   }
   if (only == "pools") {
     sweep_pools(sms);
+    return 0;
+  }
+  if (only == "dense") {
+    sweep_dense(sms);
     return 0;
   }
   if (only == "lean") {

@@ -401,6 +401,47 @@ TEST_F(CudaOnly, StepEitherSideOfTheL2Line) {
   }
 }
 
+// The dense vk call in one wave (no slot indices, in place, one input dtype,
+// raw gates, Dk = Dv = 128), which the CUDA backend runs in a kernel of its
+// own (decode_vk_dense_kernel), at Qwen3.5's shape (Hk 16, Hv 32) at B = 1
+// and 8 and a tensor-parallel one (Hk 4, Hv 8) at B = 32: every state dtype
+// and input dtype, against the reference, with what the dense kernel still
+// takes from the caller (packed rows, padded rows and slots, either l2norm
+// mode, a custom scale, extreme gates). Batch invariance against the ring
+// kernel: test_invariance.cpp.
+TEST_F(CudaOnly, DenseVkCallsInOneWave) {
+  uint64_t seed = 301;
+  int variant = 0;
+  struct Shape {
+    int64_t batch;
+    int hk, hv;
+  };
+  for (const Shape sh : {Shape{1, 16, 32}, Shape{8, 16, 32}, Shape{32, 4, 8}})
+    for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16, gdn::DType::kF16})
+      for (gdn::DType io : {gdn::DType::kBF16, gdn::DType::kF16, gdn::DType::kF32}) {
+        CaseSpec spec;
+        spec.seed = seed++;
+        spec.batch = sh.batch;
+        spec.hk = sh.hk;
+        spec.hv = sh.hv;
+        spec.dk = spec.dv = 128;
+        spec.qkv = spec.ab = spec.out = io;
+        spec.state = t;
+        spec.layout = gdn::Layout::kVK;
+        // one of four forms in turn
+        switch (variant++ % 4) {
+          case 0: spec.packed_qkv = true; break;
+          case 1: spec.pad_batch = 8; spec.pad_slot = 64; break;
+          case 2: spec.l2norm = gdn::L2Norm::kMaxNorm; spec.scale = 0.3f; spec.tiny_k = true; break;
+          default: spec.wide_gates = true; spec.zero_q = true; break;
+        }
+        spec.name = std::string("dense vk, B ") + std::to_string(sh.batch) + ", Hv " + std::to_string(sh.hv) +
+                    ", state " + gdn::to_string(t) + ", inputs " + gdn::to_string(io) + ", form " +
+                    std::to_string((variant - 1) % 4);
+        run_and_check(spec, gdn::Backend::kCuda);
+      }
+}
+
 // One process driving every GPU it sees: kernel attributes (the shared-memory
 // opt-in that kv at Dk = 256 needs past 48 KiB, the fused stages') are per
 // device, so each GPU must get them at its first launch, not only the GPU of

@@ -84,7 +84,8 @@ struct RowsResult {
 };
 
 // Rows [row0, row0 + n) of P, reading and writing the given slots of `pool`
-// (and of `conv_pool`, conv on).
+// (and of `conv_pool`, conv on); with no slots (`idx` empty) a dense call:
+// row b in slot b of `pool`.
 RowsResult run_rows(gdn::Backend backend, const Problem& P, int64_t row0, int64_t n,
              const std::vector<int32_t>& idx, const std::vector<uint8_t>& pool,
              const std::vector<uint8_t>& conv_pool = {}) {
@@ -97,7 +98,7 @@ RowsResult run_rows(gdn::Backend backend, const Problem& P, int64_t row0, int64_
   DeviceBuffer A(backend, P.hv * 4), dt(backend, P.hv * 4), ix(backend, size_t(n) * 4);
   A.upload(P.A_log.data(), P.hv * 4);
   dt.upload(P.dt_bias.data(), P.hv * 4);
-  ix.upload(idx.data(), size_t(n) * 4);
+  if (!idx.empty()) ix.upload(idx.data(), size_t(n) * 4);
   DeviceBuffer state(backend, pool);
   DeviceBuffer o(backend, size_t(n) * P.hv * P.d * gdn::dtype_size(P.out));
   DeviceBuffer cstate, cweight, cbias, z, nw;
@@ -121,7 +122,7 @@ RowsResult run_rows(gdn::Backend backend, const Problem& P, int64_t row0, int64_
   p.o_dtype = P.out;
   p.state_dtype = P.state;
   p.layout = P.layout;
-  p.num_slots = P.slots;
+  p.num_slots = idx.empty() ? int64_t(pool.size() / P.slot_bytes()) : P.slots;
   p.conv_width = P.conv ? 4 : 0;
   gdn::set_dense_strides(p);
   if (P.conv) {
@@ -142,8 +143,10 @@ RowsResult run_rows(gdn::Backend backend, const Problem& P, int64_t row0, int64_
   p.dt_bias = dt.as<float>();
   p.state = state.get();
   p.o = o.get();
-  p.index_dtype = gdn::IndexType::kI32;
-  p.state_indices = ix.get();
+  if (!idx.empty()) {
+    p.index_dtype = gdn::IndexType::kI32;
+    p.state_indices = ix.get();
+  }
   const gdn::Status st = gdn::decode(p, backend);
   EXPECT_TRUE(st.ok()) << st.message;
   const gdn::Status sy = gdn::backend_ops(backend)->synchronize(nullptr);
@@ -179,6 +182,28 @@ void expect_invariant(gdn::Backend backend, const Problem& P) {
       EXPECT_EQ(0, std::memcmp(one.conv_pool.data() + spare * cb, big.conv_pool.data() + from * cb, cb))
           << "row " << r << ": new conv state alone differs bitwise from inside the batch of " << B;
     }
+  }
+}
+
+// The same for dense calls (no slot indices: row b in slot b), the engines'
+// usual form: P's first B slots as the batch's pool, twice, then rows 0, 1,
+// B / 2 and B - 1 each alone in a pool of its one slot.
+void expect_dense_invariant(gdn::Backend backend, const Problem& P) {
+  const int64_t B = P.B;
+  const size_t sb = P.slot_bytes();
+  const size_t ob = size_t(P.hv) * P.d * gdn::dtype_size(P.out);
+  const std::vector<uint8_t> pool(P.pool.begin(), P.pool.begin() + B * sb);
+  const RowsResult big = run_rows(backend, P, 0, B, {}, pool);
+  const RowsResult again = run_rows(backend, P, 0, B, {}, pool);
+  EXPECT_TRUE(big.o == again.o) << "output differs between two identical runs";
+  EXPECT_TRUE(big.pool == again.pool) << "state differs between two identical runs";
+  for (int64_t r : {int64_t(0), int64_t(1), B / 2, B - 1}) {
+    const std::vector<uint8_t> one_pool(pool.begin() + r * sb, pool.begin() + (r + 1) * sb);
+    const RowsResult one = run_rows(backend, P, r, 1, {}, one_pool);
+    EXPECT_EQ(0, std::memcmp(one.o.data(), big.o.data() + size_t(r) * ob, ob))
+        << "row " << r << ": output alone differs bitwise from inside the dense batch of " << B;
+    EXPECT_EQ(0, std::memcmp(one.pool.data(), big.pool.data() + size_t(r) * sb, sb))
+        << "row " << r << ": new state alone differs bitwise from inside the dense batch of " << B;
   }
 }
 
@@ -218,6 +243,24 @@ TEST_P(DecodeTest, OneInputDtypeDeterministicAndBatchInvariant) {
                          gdn::to_string(io) + ", layout " + gdn::to_string(l) + ", head dim " + std::to_string(d));
             expect_invariant(backend(), make_problem(B, t, l, 79, false, false, d, io, io));
           }
+}
+
+TEST_P(DecodeTest, DenseCallDeterministicAndBatchInvariant) {
+  // Dense calls with one input dtype, each state dtype and input dtype: on
+  // NVIDIA a vk row alone (and 16-bit states at B = 48) runs in the dense
+  // kernel of one-wave grids, B = 600 in the ring kernel, whose bits it must
+  // reproduce (decode_vk_dense_kernel); kv for the same guarantee of its
+  // tiles. The host runs one arithmetic for every dtype (the first test
+  // covers it).
+  if (backend() == gdn::Backend::kHost) GTEST_SKIP() << "the host reference has no per-dtype kernels";
+  for (const int64_t B : {48, 600})
+    for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16, gdn::DType::kF16})
+      for (gdn::DType io : {gdn::DType::kBF16, gdn::DType::kF16, gdn::DType::kF32})
+        for (gdn::Layout l : {gdn::Layout::kVK, gdn::Layout::kKV}) {
+          SCOPED_TRACE(std::string("dense, B ") + std::to_string(B) + ", state " + gdn::to_string(t) + ", inputs " +
+                       gdn::to_string(io) + ", layout " + gdn::to_string(l));
+          expect_dense_invariant(backend(), make_problem(B, t, l, 80, false, false, 128, io, io));
+        }
 }
 
 TEST_P(DecodeTest, FusedMiddleDeterministicAndBatchInvariant) {

@@ -204,6 +204,8 @@
 #define GDN_MAX_BLOCK_SMEM (227 * 1024)
 // L2 cache policies on the state's traffic (Launch::l2_hints)
 #define GDN_L2_HINTS 1
+// The vk step's kernel for the dense call in one wave (Launch::dense)
+#define GDN_VK_DENSE 1
 namespace gdn {
 namespace cuda {
 using bf16 = __nv_bfloat16;
@@ -798,6 +800,9 @@ struct Launch {
   // head's blocks form a cluster of blocks_per_head (`cluster`), not the
   // fused kernel's groups.
   bool step_norm{false};
+  // (vk step) the dense call in one wave, one item a warp, by
+  // decode_vk_dense_kernel: W warps a block, blocks = ceil(B Hv items_per_head / W).
+  bool dense{false};
 };
 
 // The L2 policies a step tile's second instantiation applies (bits):
@@ -835,9 +840,10 @@ constexpr int step_l2_hints() {
 constexpr int kFusedL2Hints = kL2EvictFirst;
 
 // The geometry the library picks for p on a GPU with `sms` multiprocessors.
-// l2_bytes: its L2's size (where the state's L2 policies apply).
+// l2_bytes: its L2's size (where the state's L2 policies apply). dense
+// false: never decode_vk_dense_kernel (Launch::dense; tune_cuda's A/B).
 template <typename T, Layout kLayout, int kDk, int kP>
-Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp = 4);
+Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp = 4, bool dense = true);
 
 template <typename T, Layout kLayout, int kDk, int kP>
 cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t stream);

@@ -1667,6 +1667,132 @@ __global__ void __launch_bounds__(8 * kWarp, (vk_min_blocks<T, true>()))
       warps_per_head, cluster, fdiv);
 }
 
+#if GDN_VK_DENSE
+// ---- vk, the dense call in one wave (Launch::dense) ------------------------
+// The serving engines' call at small B: no slot indices (row b is slot b),
+// in place, q/k/v/a/b/o in one dtype with packed heads, raw gates, a plain
+// launch, Dk = Dv = 128, and a grid whose every item has a resident warp
+// from the start (Qwen3.5's shape: B = 1 at either state dtype, B = 8 for
+// 16-bit states). The step is then one round of memory latency, and the
+// general kernel's machinery only lengthens it: its copies through shared
+// memory, a block's worth of coordinates, pool slots and 64-bit strides, the
+// runtime gate and head-map modes and a 5-line parameter block (80 registers
+// for 16-bit states: 24 warps an SM, so bf16 B = 8 ran in two rounds). Here
+// each warp computes its one item with the state loaded straight into
+// registers, no shared memory, no barrier, 64 registers at most, from the
+// few parameters below. The item, the rows and columns a lane holds, and
+// every sum (l2_normalize, OnePass) and expression are decode_vk's, so the
+// results are its bits: batch invariance holds across the switch
+// (tests/test_invariance.cpp runs dense rows alone here against batches of
+// 600 in the ring kernel). A round earlier, the same kernel with every
+// option of the step (slots, strides, modes) was 7% slower than the ring at
+// B = 1 (bench/RESULTS.md, round 34); this one's measurement: round 35.
+//
+// What a block reads before its loads, in the order it reads it (3 constant
+// lines); offsets are 32-bit, which plan_launch checks.
+struct DenseParams {
+  unsigned items;     // B * Hv * items a head: warps past it return
+  FastDiv by_hv;      // head (b * Hv + h) -> b; by_hv.d = Hv
+  FastDiv by_group;   // h -> hk = h / G (the interleaved head map)
+  int32_t q_batch_stride, k_batch_stride, v_batch_stride, a_batch_stride, b_batch_stride;
+  int32_t state_slot_stride;
+  void const* q;
+  void const* k;
+  void const* v;
+  void const* a;
+  void const* b;
+  float const* A_log;
+  float const* dt_bias;
+  void* state;
+  // after the loads are in flight
+  L2Norm l2norm;
+  float l2norm_eps;
+  float scale;
+  int32_t o_batch_stride;
+  void* o;
+};
+
+// Grid: warp gw = blockIdx.x * W + warp is item gw % kItems of head
+// gw / kItems = b * Hv + h.
+template <typename T, typename IO, int kHints>
+__global__ void __launch_bounds__(8 * kWarp, 4) decode_vk_dense_kernel(const __grid_constant__ DenseParams p) {
+  constexpr int kD = 128;
+  using VkT = VkTile<T, kD, default_tile_param<T, Layout::kVK>()>;
+  static_assert(VkT::kChunksPerLane == 1, "dense: a lane holds one 16-byte chunk of a column");
+  constexpr int kVec = VkT::kVec;
+  constexpr int kOuter = VkT::kUnroll;     // columns a lane holds
+  constexpr int kSpan = VkT::kLanesPerCol;  // lanes that hold a column's Dk rows
+  constexpr int kStep = VkT::kColsPerStep;  // columns a warp instruction covers
+  constexpr int kItems = kD / VkT::kColsPerItem;
+  using Pass = OnePass<1, kSpan, kOuter>;
+  const int lane = int(threadIdx.x) % kWarp;
+  const unsigned gw = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  if (gw >= p.items) return;
+  const unsigned head = gw / kItems;
+  const int j0 = int(gw % kItems) * VkT::kColsPerItem;
+  const unsigned b = p.by_hv.div(head);
+  const int h = int(head - b * p.by_hv.d);
+  const int hk = int(p.by_group.div(unsigned(h)));
+  // Held row r = col_lane * kVec + e, held column o = j0 + o * kStep +
+  // step_col; the lane's output column out_col (decode_vk's numbering).
+  const int col_lane = lane % kSpan, step_col = lane / kSpan;
+  const int out_col = Pass::col(lane) * kStep + step_col;
+  // Element (i, j) of a head lies at j * Dk + i: one address a lane, the
+  // held columns at constant offsets from it.
+  T* const s = static_cast<T*>(p.state) +
+               (int(b) * p.state_slot_stride + h * kD * kD + (j0 + step_col) * kD + col_lane * kVec);
+  // The small loads first (they are the longer path), as raw words; then
+  // the state's, kept behind them by the fence.
+  RawRun<IO, kVec> q_raw, k_raw;
+  RawRun<IO, 1> v_raw, a_raw, b_raw;
+  q_raw.load(static_cast<const IO*>(p.q) + (int(b) * p.q_batch_stride + hk * kD + col_lane * kVec));
+  k_raw.load(static_cast<const IO*>(p.k) + (int(b) * p.k_batch_stride + hk * kD + col_lane * kVec));
+  v_raw.load(static_cast<const IO*>(p.v) + (int(b) * p.v_batch_stride + h * kD + j0 + out_col));
+  a_raw.load(static_cast<const IO*>(p.a) + (int(b) * p.a_batch_stride + h));
+  b_raw.load(static_cast<const IO*>(p.b) + (int(b) * p.b_batch_stride + h));
+  const float A_log = p.A_log[h], dt_bias = p.dt_bias[h];
+  issue_order_fence();
+  uint4 st[kOuter];
+#pragma unroll
+  for (int o = 0; o < kOuter; ++o) st[o] = *reinterpret_cast<const uint4*>(s + o * kStep * kD);
+  float qh[kVec], kh[kVec], x[1];
+  q_raw.to_float(qh);
+  k_raw.to_float(kh);
+  // g = -exp(A_log) softplus(a + dt_bias); beta = sigmoid(b) (finish_gates)
+  a_raw.to_float(x);
+  const float g = -expf(A_log) * softplus(x[0] + dt_bias);
+  b_raw.to_float(x);
+  const float beta = 1.0f / (1.0f + expf(-x[0]));
+  const float decay = expf(g);
+  const float kq = l2_normalize<1, kSpan>(p, lane, qh, kh);
+  auto elem = [&](int r, int o) -> float { return Elem<T>::to_float(reinterpret_cast<const T*>(&st[o])[r]); };
+  // delta of every held column and the lane's output, from the partial sums
+  // over the lane's rows of S^T k_hat (value 2o) and S^T q_hat (2o + 1)
+  float delta[kOuter];
+  v_raw.to_float(x);
+  const float o_val = Pass::run(
+      [&](int v) {
+        const float* w = (v & 1) ? qh : kh;
+        float acc = 0.0f;
+#pragma unroll
+        for (int r = 0; r < kVec; ++r) acc += elem(r, v / 2) * w[r];
+        return acc;
+      },
+      x[0], decay, beta, kq, p.scale, lane, delta);
+  // S' = exp(g) S + k_hat delta
+#pragma unroll
+  for (int o = 0; o < kOuter; ++o) {
+    uint4 n;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e)
+      reinterpret_cast<T*>(&n)[e] = Elem<T>::from_float(decay * elem(e, o) + kh[e] * delta[o]);
+    store_state16<(kHints & 1) != 0>(reinterpret_cast<uint4*>(s + o * kStep * kD), n);
+  }
+  if (Pass::writer(lane))
+    static_cast<IO*>(p.o)[int(b) * p.o_batch_stride + h * kD + j0 + out_col] = Elem<IO>::from_float(o_val);
+}
+#endif
+
 // ---- kv: a tile computed where it was copied (both kv kernels) -----------
 // Ascending reduce-scatter over the lanes that hold a chunk's row groups (lane
 // bits kOff = kW, 2 kW, ... below kWarp): at each offset the lane with the bit
@@ -2601,6 +2727,47 @@ int resident_warps_per_sm() {
   });
 }
 
+#if GDN_VK_DENSE
+// The dense call decode_vk_dense_kernel takes, but for its grid: no slot
+// indices (so in place), no conv or norm, a plain launch, raw gates, the
+// interleaved head map, Dk = Dv = 128, heads packed in q, k, v and o, every
+// offset below 2^31 elements; its IO is the launch's (with_io: one dtype
+// and aligned q/k rows, else MixedIO, which it does not take).
+inline bool dense_call(const DecodeParams& p) {
+  constexpr int64_t kD = 128, kMax = int64_t(1) << 31;
+  // the largest offset of row B - 1 in a tensor whose rows are `stride`
+  // apart and `span` elements long, below 2^31
+  auto fits = [&](int64_t stride, int64_t span) { return (p.batch - 1) * stride + span < kMax; };
+  return p.index_dtype == IndexType::kNone && p.conv_width == 0 && p.norm_weight == nullptr &&
+         !p.programmatic_launch && p.gate == Gate::kRaw && p.head_map == HeadMap::kInterleaved &&
+         p.head_dim_k == kD && p.head_dim_v == kD && p.q_head_stride == kD && p.k_head_stride == kD &&
+         p.v_head_stride == kD && p.o_head_stride == kD && fits(p.q_batch_stride, p.num_k_heads * kD) &&
+         fits(p.k_batch_stride, p.num_k_heads * kD) && fits(p.v_batch_stride, p.num_v_heads * kD) &&
+         fits(p.o_batch_stride, p.num_v_heads * kD) && fits(p.a_batch_stride, p.num_v_heads) &&
+         fits(p.b_batch_stride, p.num_v_heads) && fits(p.state_slot_stride, p.num_v_heads * kD * kD);
+}
+// Its only instantiation per (T, IO) carries the step's L2 policies, which a
+// one-wave grid always takes; the warps of it an SM holds, once per device.
+template <typename T, typename IO>
+constexpr auto dense_kernel() {
+  return &decode_vk_dense_kernel<T, IO, step_l2_hints<T, Layout::kVK, 128, default_tile_param<T, Layout::kVK>()>()>;
+}
+template <typename T, typename IO>
+int dense_warps_per_sm() {
+  static std::atomic<int> cache[kMaxCachedDevices];
+  return per_device(cache, [] {
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, reinterpret_cast<const void*>(dense_kernel<T, IO>()),
+                                                      8 * kWarp, 0) != cudaSuccess ||
+        blocks < 1) {
+      (void)cudaGetLastError();
+      return 8;  // (only speed: the grid then fits the wave it assumes or not)
+    }
+    return blocks * 8;
+  });
+}
+#endif
+
 #if !defined(GDN_HIP)
 // The step's norm instantiations (Launch::step_norm; kP: kv's kW): the
 // step's limits (`smem`, its ring; all of the L1/shared array as shared
@@ -2826,7 +2993,7 @@ cudaError_t launch_kernel(void (*kernel)(KArgs...), unsigned grid, unsigned bloc
 }
 
 template <typename T, Layout kLayout, int kDk, int kP>
-Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp) {
+Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp, bool dense) {
   constexpr int cpi = cols_per_item<T, kLayout, kDk, kP>();
   Launch g;
   g.items_per_head = (p.head_dim_v + cpi - 1) / cpi;
@@ -2866,7 +3033,8 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
   if (p.conv_width == 0 && p.norm_weight != nullptr) {
     DecodeParams step = p;
     step.norm_weight = nullptr;
-    Launch s = plan_launch<T, kLayout, kDk, kP>(step, sms, l2_bytes, max_items_per_warp);
+    // (the ring kernel's geometry: the norm's instantiations are decode_vk's)
+    Launch s = plan_launch<T, kLayout, kDk, kP>(step, sms, l2_bytes, max_items_per_warp, false);
     // blocks of w warps one wave holds
     const int resident = with_io(p, [](auto io) { return resident_warps_per_sm<T, kLayout, kDk, kP, decltype(io)>(); });
     auto wave = [&](int w) { return int64_t(resident / w) * sms; };
@@ -3022,6 +3190,40 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
   // (Long grids gained from 4 on the two-pass kernel, bf16 B = 128 1.15x vs
   // 1.21x at 2; on the one-pass kernel 2 is best, and 3 for fp32 states in
   // grids of >= 16 waves' items: default_items_per_warp.)
+#if GDN_VK_DENSE
+  // The dense call in one wave (decode_vk_dense_kernel says which), in blocks
+  // of the most warps (up to 8) that still put a block on every SM and load
+  // the busiest SM no more than one-warp blocks would (the rule below for
+  // one-wave grids, the warps now dealt out over the grid rather than a
+  // head). Against the ring kernel: H200, tune_cuda lean (bench/RESULTS.md
+  // round 35).
+  if constexpr (kDk == 128 && kP == default_tile_param<T, Layout::kVK>()) {
+    if (dense && dense_call(p)) {
+      const int dense_warps = with_io(p, [](auto io) {
+        using IO = decltype(io);
+        if constexpr (std::is_same<IO, MixedIO>::value)
+          return 0;
+        else
+          return dense_warps_per_sm<T, IO>();
+      });
+      if (items <= int64_t(dense_warps) * sms) {
+        auto blocks_with = [&](int ww) { return (items + ww - 1) / ww; };
+        auto busiest = [&](int ww) { return (blocks_with(ww) + sms - 1) / sms * ww; };
+        int w = 8;
+        while (w > 1 && (blocks_with(w) < sms || busiest(w) > busiest(1))) w /= 2;
+        g.dense = true;
+        g.warps_per_block = w;
+        g.items_per_warp = 1;
+        g.blocks_per_head = 0;  // (the grid is ceil(items / W) blocks)
+        g.small_loads_first = true;
+        g.l2_hints = step_l2_hints<T, kLayout, kDk, kP>();
+        return g;
+      }
+    }
+  }
+#else
+  (void)dense;
+#endif
   const int64_t slots = int64_t(resident_warps) * sms;
   int ipw = items <= slots || cap < 2 ? 1 : 2;
   while (ipw * 2 <= cap && items >= int64_t(4) * (ipw * 2) * slots) ipw *= 2;
@@ -3173,6 +3375,38 @@ cudaError_t launch_decode(const DecodeParams& caller, const Launch& g, cudaStrea
         const unsigned threads = unsigned(g.warps_per_block * kWarp);
         const size_t smem = smem_bytes<T, kLayout, kDk, kP>(g.warps_per_block) + fused_smem;
         if constexpr (!kFused) {
+#if GDN_VK_DENSE
+          if constexpr (kDk == 128 && kP == default_tile_param<T, Layout::kVK>() &&
+                        !std::is_same<IO, MixedIO>::value) {
+            if (g.dense) {
+              DenseParams d;
+              d.items = unsigned(p.batch * p.num_v_heads * g.items_per_head);
+              d.by_hv = FastDiv(unsigned(p.num_v_heads));
+              d.by_group = FastDiv(unsigned(p.num_v_heads / p.num_k_heads));
+              d.q_batch_stride = int32_t(p.q_batch_stride);
+              d.k_batch_stride = int32_t(p.k_batch_stride);
+              d.v_batch_stride = int32_t(p.v_batch_stride);
+              d.a_batch_stride = int32_t(p.a_batch_stride);
+              d.b_batch_stride = int32_t(p.b_batch_stride);
+              d.state_slot_stride = int32_t(p.state_slot_stride);
+              d.q = p.q;
+              d.k = p.k;
+              d.v = p.v;
+              d.a = p.a;
+              d.b = p.b;
+              d.A_log = p.A_log;
+              d.dt_bias = p.dt_bias;
+              d.state = p.state;
+              d.l2norm = p.l2norm;
+              d.l2norm_eps = p.l2norm_eps;
+              d.scale = scale;
+              d.o_batch_stride = int32_t(p.o_batch_stride);
+              d.o = p.o;
+              const unsigned grid = (d.items + unsigned(g.warps_per_block) - 1) / unsigned(g.warps_per_block);
+              return launch_kernel(dense_kernel<T, IO>(), grid, threads, 0, stream, false, 1, d);
+            }
+          }
+#endif
           auto launch_step = [&](auto kernel) {
             return launch_kernel(kernel, blocks, threads, tune_smem(kernel, smem), stream, pdl,
                                  g.step_norm ? g.cluster : 1, g.items_per_head, g.items_per_warp, by_bph, by_hv,
@@ -3211,7 +3445,7 @@ cudaError_t launch_decode(const DecodeParams& caller, const Launch& g, cudaStrea
 
 // The shipped tile parameter of (T, L) at Dk capacity D.
 #define GDN_INSTANTIATE_DECODE_ONE(T, L, D)                                                                 \
-  template Launch plan_launch<T, L, D, default_tile_param<T, L>()>(const DecodeParams&, int, int64_t, int); \
+  template Launch plan_launch<T, L, D, default_tile_param<T, L>()>(const DecodeParams&, int, int64_t, int, bool); \
   template cudaError_t launch_decode<T, L, D, default_tile_param<T, L>()>(                                  \
       const DecodeParams&, const Launch&, cudaStream_t);
 
