@@ -1159,32 +1159,33 @@ void sweep_launch() {
   cudaStreamDestroy(s);
 }
 
-// "dense": the library's vk step on dense calls in one wave, through
-// decode_vk_dense_kernel (as planned) against the ring kernel (plan_launch's
-// dense off), same process, same sets, alternating (RESULTS round 35).
+// "wave": the library's vk step on calls in one wave, dense and through a
+// pool, by decode_vk_wave_kernel (as planned) against the ring kernel
+// (plan_launch's wave off), same process, same sets, alternating (RESULTS
+// round 35).
 // First, on the bed's first set, both from the same initial state: whether
-// the plan takes the dense kernel, and whether the two agree bit for bit.
+// the plan takes the one-wave kernel, and whether the two agree bit for bit.
 template <typename T>
-cudaError_t run_library(const gdn::DecodeParams& p, int sms, bool dense, cudaStream_t s) {
+cudaError_t run_library(const gdn::DecodeParams& p, int sms, bool wave, cudaStream_t s) {
   constexpr int kP = gdn::cuda::default_tile_param<T, Layout::kVK>();
   const gdn::cuda::Launch g = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(
-      p, sms, g_l2_bytes, gdn::cuda::default_items_per_warp<T, Layout::kVK>(), dense);
+      p, sms, g_l2_bytes, gdn::cuda::default_items_per_warp<T, Layout::kVK>(), wave);
   return gdn::cuda::launch_decode<T, Layout::kVK, 128, kP>(p, g, s);
 }
 
 template <typename T>
-void dense_rows(int sms, int64_t B, int hk, int hv, int rep) {
+void wave_rows(int sms, int64_t B, int hk, int hv, bool indexed, int rep) {
   const gdn::DType t = sizeof(T) == 4 ? gdn::DType::kF32 : gdn::DType::kBF16;
-  Bed bed(Shape{B, hk, hv, 128, t, Layout::kVK, false});
+  Bed bed(Shape{B, hk, hv, 128, t, Layout::kVK, indexed});
   const char* tn = sizeof(T) == 4 ? "fp32" : "bf16";
   constexpr int kP = gdn::cuda::default_tile_param<T, Layout::kVK>();
   const bool planned = gdn::cuda::plan_launch<T, Layout::kVK, 128, kP>(
                            bed.params(bed.sets[0]), sms, g_l2_bytes,
                            gdn::cuda::default_items_per_warp<T, Layout::kVK>())
-                           .dense;
+                           .wave;
   if (rep == 0) {
     const Set& st = bed.sets[0];
-    const size_t sb = bed.state_bytes, ob = size_t(B) * hv * 128 * 2;
+    const size_t sb = bed.pool_bytes, ob = size_t(B) * hv * 128 * 2;
     std::vector<uint8_t> hs[2], ho[2];
     for (int d = 0; d < 2; ++d) {
       void *s_dev, *o_dev;
@@ -1203,44 +1204,46 @@ void dense_rows(int sms, int64_t B, int hk, int hv, int rep) {
       cudaFree(s_dev);
       cudaFree(o_dev);
     }
-    std::printf("DENSECHECK %s B=%-3lld Hk=%-2d Hv=%-2d plan %s: state %s, output %s\n", tn, (long long)B, hk, hv,
-                planned ? "dense" : "ring ", hs[0] == hs[1] ? "bitwise equal" : "DIFFERENT",
+    std::printf("WAVECHECK %s B=%-3lld Hk=%-2d Hv=%-2d%s plan %s: state %s, output %s\n", tn, (long long)B, hk, hv,
+                indexed ? " pool" : "     ", planned ? "wave" : "ring", hs[0] == hs[1] ? "bitwise equal" : "DIFFERENT",
                 ho[0] == ho[1] ? "bitwise equal" : "DIFFERENT");
   }
   const double copy = bed.copy_floor_us();
-  auto time = [&](bool dense) {
+  auto time = [&](bool wave) {
     const int n = bed.calls();
     cudaGraphExec_t g = bed.capture(
-        n, [&](const Set& cur, const Set&) { GDN_BENCH_CHECK(run_library<T>(bed.params(cur), sms, dense, bed.stream)); });
+        n, [&](const Set& cur, const Set&) { GDN_BENCH_CHECK(run_library<T>(bed.params(cur), sms, wave, bed.stream)); });
     const double us = bed.time_graph(g, n);
     cudaGraphExecDestroy(g);
     return us;
   };
   // alternate which goes first
-  double ring, dense;
+  double ring, wave;
   if (rep % 2 == 0) {
     ring = time(false);
-    dense = time(true);
+    wave = time(true);
   } else {
-    dense = time(true);
+    wave = time(true);
     ring = time(false);
   }
-  std::printf("DENSE %d %s B=%-3lld Hk=%-2d Hv=%-2d ring %7.3f dense %7.3f (%s) copy %7.3f | ratio ring %6.3f dense "
-              "%6.3f | dense/ring %6.3f\n",
-              rep, tn, (long long)B, hk, hv, ring, dense, planned ? "planned" : "ring  ", copy, ring / copy,
-              dense / copy, dense / ring);
+  std::printf("WAVE %d %s B=%-3lld Hk=%-2d Hv=%-2d%s ring %7.3f wave %7.3f (%s) copy %7.3f | ratio ring %6.3f wave "
+              "%6.3f | wave/ring %6.3f\n",
+              rep, tn, (long long)B, hk, hv, indexed ? " pool" : "     ", ring, wave, planned ? "planned" : "ring  ", copy, ring / copy,
+              wave / copy, wave / ring);
 }
 
-void sweep_dense(int sms) {
+void sweep_wave(int sms) {
   struct Row {
     int64_t B;
     int hk, hv;
+    bool indexed;  // through the bench's pool (2B slots, scattered, one row in 16 padding)
   };
-  const Row rows[] = {{1, 16, 32}, {8, 16, 32}, {1, 16, 48}, {1, 16, 64}, {1, 4, 8}, {32, 4, 8}};
+  const Row rows[] = {{1, 16, 32, false}, {8, 16, 32, false}, {1, 16, 32, true}, {8, 16, 32, true},
+                      {1, 16, 48, false}, {1, 16, 64, false}, {1, 4, 8, false},   {32, 4, 8, false}};
   for (int rep = 0; rep < 3; ++rep)
     for (const Row& r : rows) {
-      dense_rows<float>(sms, r.B, r.hk, r.hv, rep);
-      dense_rows<__nv_bfloat16>(sms, r.B, r.hk, r.hv, rep);
+      wave_rows<float>(sms, r.B, r.hk, r.hv, r.indexed, rep);
+      wave_rows<__nv_bfloat16>(sms, r.B, r.hk, r.hv, r.indexed, rep);
     }
 }
 
@@ -1253,7 +1256,7 @@ void sweep_dense(int sms) {
 // "copies": the in-place traffic alone against the copy floor, by form;
 // "launch": what a launch costs by its grid alone; "lean": the least a vk
 // step can do at B = 1 and 8, as a whole kernel, against the library's;
-// "dense": the library's dense kernel against its ring kernel;
+// "wave": the library's one-wave vk kernel against its ring kernel;
 // "occupancy": the step with at most k blocks an SM); a
 // second one keeps the variants whose name has it. (A kv variant runs the
 // planner's choice, which takes 4-warp tiles in one-round grids: "kv W=8"
@@ -1281,8 +1284,8 @@ int main(int argc, char** argv) {
     sweep_pools(sms);
     return 0;
   }
-  if (only == "dense") {
-    sweep_dense(sms);
+  if (only == "wave") {
+    sweep_wave(sms);
     return 0;
   }
   if (only == "lean") {

@@ -401,15 +401,17 @@ TEST_F(CudaOnly, StepEitherSideOfTheL2Line) {
   }
 }
 
-// The dense vk call in one wave (no slot indices, in place, one input dtype,
-// raw gates, Dk = Dv = 128), which the CUDA backend runs in a kernel of its
-// own (decode_vk_dense_kernel), at Qwen3.5's shape (Hk 16, Hv 32) at B = 1
-// and 8 and a tensor-parallel one (Hk 4, Hv 8) at B = 32: every state dtype
-// and input dtype, against the reference, with what the dense kernel still
+// The engines' vk call in one wave (one input dtype, raw gates, Dk = Dv =
+// 128, dense or through a pool), which the CUDA backend runs in a kernel of
+// its own (decode_vk_wave_kernel), at Qwen3.5's shape (Hk 16, Hv 32) at B =
+// 1 and 8 and a tensor-parallel one (Hk 4, Hv 8) at B = 32: every state
+// dtype and input dtype, against the reference, with what that kernel
 // takes from the caller (packed rows, padded rows and slots, either l2norm
-// mode, a custom scale, extreme gates). Batch invariance against the ring
-// kernel: test_invariance.cpp.
-TEST_F(CudaOnly, DenseVkCallsInOneWave) {
+// mode, a custom scale, extreme gates; pools with int32 or int64 indices,
+// padding rows, a separate write slot, rows not written, out-of-range
+// indices counted). Batch invariance against the ring kernel:
+// test_invariance.cpp.
+TEST_F(CudaOnly, VkCallsInOneWave) {
   uint64_t seed = 301;
   int variant = 0;
   struct Shape {
@@ -428,16 +430,28 @@ TEST_F(CudaOnly, DenseVkCallsInOneWave) {
         spec.qkv = spec.ab = spec.out = io;
         spec.state = t;
         spec.layout = gdn::Layout::kVK;
-        // one of four forms in turn
-        switch (variant++ % 4) {
+        // one of six forms in turn
+        switch (variant++ % 6) {
           case 0: spec.packed_qkv = true; break;
           case 1: spec.pad_batch = 8; spec.pad_slot = 64; break;
           case 2: spec.l2norm = gdn::L2Norm::kMaxNorm; spec.scale = 0.3f; spec.tiny_k = true; break;
-          default: spec.wide_gates = true; spec.zero_q = true; break;
+          case 3: spec.wide_gates = true; spec.zero_q = true; break;
+          case 4:
+            spec.packed_qkv = true;
+            every_pool_feature(spec, gdn::IndexType::kI32, 3, sh.batch > 1 ? 1 : 0, 0, 0);
+            break;
+          default:
+            if (sh.batch > 1) {
+              every_pool_feature(spec, gdn::IndexType::kI64, 3, 1, 1, 1);
+            } else {
+              spec.index = gdn::IndexType::kI64;
+              spec.extra_slots = 2;
+            }
+            break;
         }
-        spec.name = std::string("dense vk, B ") + std::to_string(sh.batch) + ", Hv " + std::to_string(sh.hv) +
+        spec.name = std::string("vk in one wave, B ") + std::to_string(sh.batch) + ", Hv " + std::to_string(sh.hv) +
                     ", state " + gdn::to_string(t) + ", inputs " + gdn::to_string(io) + ", form " +
-                    std::to_string((variant - 1) % 4);
+                    std::to_string((variant - 1) % 6);
         run_and_check(spec, gdn::Backend::kCuda);
       }
 }

@@ -230,8 +230,9 @@ TEST_P(DecodeTest, OneInputDtypeDeterministicAndBatchInvariant) {
   // As above with q, k, v, a, b and the output in one dtype, which the GPU
   // kernels take through their uniform-input instantiations (the test above
   // runs their mixed one: bf16 in, fp32 out), for each state dtype and each
-  // input dtype. (On the H200 it also held a lean vk kernel of one-wave
-  // grids, tried in round 34 and not kept, to the ring kernel's bits.)
+  // input dtype: on NVIDIA a vk row alone at Dk = 128 (and 16-bit states at
+  // B = 48) runs in the one-wave kernel through the pool, B = 600 in the
+  // ring kernel, whose bits it must reproduce (decode_vk_wave_kernel).
   // The host runs one arithmetic for every dtype (the test above covers it).
   if (backend() == gdn::Backend::kHost) GTEST_SKIP() << "the host reference has no per-dtype kernels";
   for (const int d : {128, 64})
@@ -247,9 +248,9 @@ TEST_P(DecodeTest, OneInputDtypeDeterministicAndBatchInvariant) {
 
 TEST_P(DecodeTest, DenseCallDeterministicAndBatchInvariant) {
   // Dense calls with one input dtype, each state dtype and input dtype: on
-  // NVIDIA a vk row alone (and 16-bit states at B = 48) runs in the dense
-  // kernel of one-wave grids, B = 600 in the ring kernel, whose bits it must
-  // reproduce (decode_vk_dense_kernel); kv for the same guarantee of its
+  // NVIDIA a vk row alone (and 16-bit states at B = 48) runs in the one-wave
+  // kernel without slots, B = 600 in the ring kernel, whose bits it must
+  // reproduce (decode_vk_wave_kernel); kv for the same guarantee of its
   // tiles. The host runs one arithmetic for every dtype (the first test
   // covers it).
   if (backend() == gdn::Backend::kHost) GTEST_SKIP() << "the host reference has no per-dtype kernels";

@@ -79,6 +79,13 @@
 // warp's item and its reduction order never depend on
 // W or items per warp, so results are bitwise identical whatever split the
 // batch size picks (batch-invariant and deterministic; tested B = 1 vs 600).
+// The engines' call (one input dtype, packed heads, raw gates, Dk = Dv =
+// 128, a plain launch; dense, or through a pool for 16-bit states) in a
+// one-wave grid runs the same items in a kernel of its own instead
+// (decode_vk_wave_kernel): one item a warp, the state straight into
+// registers, no ring, a 3-line parameter block, blocks by the same rule
+// over the whole grid, the same sums and so the same bits. H200: B = 1 3-8%
+// faster, bf16 B = 8 1.16x -> 1.06x the copy (bench/RESULTS.md, round 35).
 // The later gated-RMSNorm epilogue needs all Dv outputs of a head: the
 // blocks of one head (one or two at large B, 4 to 32 blocks at
 // B = 1) are always consecutive in the grid, so they can form a thread-block
@@ -204,8 +211,8 @@
 #define GDN_MAX_BLOCK_SMEM (227 * 1024)
 // L2 cache policies on the state's traffic (Launch::l2_hints)
 #define GDN_L2_HINTS 1
-// The vk step's kernel for the dense call in one wave (Launch::dense)
-#define GDN_VK_DENSE 1
+// The vk step's kernel for the engines' call in one wave (Launch::wave)
+#define GDN_VK_WAVE 1
 namespace gdn {
 namespace cuda {
 using bf16 = __nv_bfloat16;
@@ -800,9 +807,9 @@ struct Launch {
   // head's blocks form a cluster of blocks_per_head (`cluster`), not the
   // fused kernel's groups.
   bool step_norm{false};
-  // (vk step) the dense call in one wave, one item a warp, by
-  // decode_vk_dense_kernel: W warps a block, blocks = ceil(B Hv items_per_head / W).
-  bool dense{false};
+  // (vk step) the engines' call in one wave, one item a warp, by
+  // decode_vk_wave_kernel: W warps a block, blocks = ceil(B Hv items_per_head / W).
+  bool wave{false};
 };
 
 // The L2 policies a step tile's second instantiation applies (bits):
@@ -840,10 +847,10 @@ constexpr int step_l2_hints() {
 constexpr int kFusedL2Hints = kL2EvictFirst;
 
 // The geometry the library picks for p on a GPU with `sms` multiprocessors.
-// l2_bytes: its L2's size (where the state's L2 policies apply). dense
-// false: never decode_vk_dense_kernel (Launch::dense; tune_cuda's A/B).
+// l2_bytes: its L2's size (where the state's L2 policies apply). wave
+// false: never decode_vk_wave_kernel (Launch::wave; tune_cuda's A/B).
 template <typename T, Layout kLayout, int kDk, int kP>
-Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp = 4, bool dense = true);
+Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp = 4, bool wave = true);
 
 template <typename T, Layout kLayout, int kDk, int kP>
 cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t stream);

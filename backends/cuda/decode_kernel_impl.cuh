@@ -1667,35 +1667,41 @@ __global__ void __launch_bounds__(8 * kWarp, (vk_min_blocks<T, true>()))
       warps_per_head, cluster, fdiv);
 }
 
-#if GDN_VK_DENSE
-// ---- vk, the dense call in one wave (Launch::dense) ------------------------
-// The serving engines' call at small B: no slot indices (row b is slot b),
-// in place, q/k/v/a/b/o in one dtype with packed heads, raw gates, a plain
-// launch, Dk = Dv = 128, and a grid whose every item has a resident warp
+#if GDN_VK_WAVE
+// ---- vk, the engines' call in one wave (Launch::wave) ---------------------
+// The serving engines' call at small B: q/k/v/a/b/o in one dtype with packed
+// heads, raw gates, the interleaved head map, a plain launch, Dk = Dv = 128,
+// dense or through a pool, and a grid whose every item has a resident warp
 // from the start (Qwen3.5's shape: B = 1 at either state dtype, B = 8 for
 // 16-bit states). The step is then one round of memory latency, and the
 // general kernel's machinery only lengthens it: its copies through shared
-// memory, a block's worth of coordinates, pool slots and 64-bit strides, the
-// runtime gate and head-map modes and a 5-line parameter block (80 registers
-// for 16-bit states: 24 warps an SM, so bf16 B = 8 ran in two rounds). Here
-// each warp computes its one item with the state loaded straight into
-// registers, no shared memory, no barrier, 64 registers at most, from the
-// few parameters below. The item, the rows and columns a lane holds, and
-// every sum (l2_normalize, OnePass) and expression are decode_vk's, so the
-// results are its bits: batch invariance holds across the switch
-// (tests/test_invariance.cpp runs dense rows alone here against batches of
-// 600 in the ring kernel). A round earlier, the same kernel with every
-// option of the step (slots, strides, modes) was 7% slower than the ring at
-// B = 1 (bench/RESULTS.md, round 34); this one's measurement: round 35.
+// memory, a block's worth of coordinates, 64-bit strides, the runtime gate
+// and head-map modes and a 5-line parameter block (80 registers for 16-bit
+// states: 24 warps an SM, so bf16 B = 8 ran in two rounds). Here each warp
+// computes its one item with the state loaded straight into registers, no
+// shared memory, no barrier, 64 registers at most, from the few parameters
+// below. The item, the rows and columns a lane holds, and every sum
+// (l2_normalize, OnePass) and expression are decode_vk's, so the results
+// are its bits: batch invariance holds across the switch
+// (tests/test_invariance.cpp runs rows alone here against batches of 600 in
+// the ring kernel, dense and through a pool). A round earlier, one kernel
+// of this form with every option of the step (strides, modes) was 7%
+// slower than the ring at B = 1 (bench/RESULTS.md, round 34); this one's
+// measurement: round 35.
 //
 // What a block reads before its loads, in the order it reads it (3 constant
-// lines); offsets are 32-bit, which plan_launch checks.
-struct DenseParams {
+// lines); a row's offsets are 32-bit, which plan_launch checks.
+struct WaveParams {
   unsigned items;     // B * Hv * items a head: warps past it return
   FastDiv by_hv;      // head (b * Hv + h) -> b; by_hv.d = Hv
   FastDiv by_group;   // h -> hk = h / G (the interleaved head map)
   int32_t q_batch_stride, k_batch_stride, v_batch_stride, a_batch_stride, b_batch_stride;
-  int32_t state_slot_stride;
+  // (kIndexed) the pool's slots, as DecodeParams
+  IndexType index_dtype;
+  int64_t num_slots;
+  void const* state_indices;
+  void const* state_out_indices;
+  int64_t state_slot_stride;
   void const* q;
   void const* k;
   void const* v;
@@ -1710,15 +1716,18 @@ struct DenseParams {
   float scale;
   int32_t o_batch_stride;
   void* o;
+  uint32_t* invalid_index_count;  // (kIndexed)
 };
 
 // Grid: warp gw = blockIdx.x * W + warp is item gw % kItems of head
 // gw / kItems = b * Hv + h.
-template <typename T, typename IO, int kHints>
-__global__ void __launch_bounds__(8 * kWarp, 4) decode_vk_dense_kernel(const __grid_constant__ DenseParams p) {
+// kIndexed: through the pool's slot indices (padding rows, out-of-range
+// indices counted, a separate write slot), as decode_vk; else row b in slot b.
+template <typename T, typename IO, int kHints, bool kIndexed>
+__global__ void __launch_bounds__(8 * kWarp, 4) decode_vk_wave_kernel(const __grid_constant__ WaveParams p) {
   constexpr int kD = 128;
   using VkT = VkTile<T, kD, default_tile_param<T, Layout::kVK>()>;
-  static_assert(VkT::kChunksPerLane == 1, "dense: a lane holds one 16-byte chunk of a column");
+  static_assert(VkT::kChunksPerLane == 1, "one-wave kernel: a lane holds one 16-byte chunk of a column");
   constexpr int kVec = VkT::kVec;
   constexpr int kOuter = VkT::kUnroll;     // columns a lane holds
   constexpr int kSpan = VkT::kLanesPerCol;  // lanes that hold a column's Dk rows
@@ -1733,14 +1742,46 @@ __global__ void __launch_bounds__(8 * kWarp, 4) decode_vk_dense_kernel(const __g
   const unsigned b = p.by_hv.div(head);
   const int h = int(head - b * p.by_hv.d);
   const int hk = int(p.by_group.div(unsigned(h)));
+  // The row's slots (decode_vk's order: the index before every other load).
+  int64_t s_in = b, s_out = b;
+  bool write = true;
+  unsigned bad = 0;
+  if constexpr (kIndexed) {
+    const RowSlots r = row_slots(p, int64_t(b));
+    s_in = r.s_in;
+    s_out = r.s_out;
+    write = r.write;
+    bad = r.bad;
+  }
+  // Each out-of-range index of a row counted once: by lane 0 of the warp with
+  // head 0's first item.
+  auto count_bad = [&] {
+    if (kIndexed && bad != 0 && h == 0 && j0 == 0 && lane == 0 && p.invalid_index_count != nullptr)
+      atomicAdd(p.invalid_index_count, bad);
+  };
+  if (kIndexed && (s_in < 0 || s_in >= p.num_slots)) {
+    // Padding row: zero the item's outputs, touch no state.
+    count_bad();
+    if (lane < VkT::kColsPerItem)
+      static_cast<IO*>(p.o)[int(b) * p.o_batch_stride + h * kD + j0 + lane] = Elem<IO>::from_float(0.0f);
+    return;
+  }
+  // (before the loads, where decode_vk counts after them: so measured, round 35)
+  count_bad();
   // Held row r = col_lane * kVec + e, held column o = j0 + o * kStep +
   // step_col; the lane's output column out_col (decode_vk's numbering).
   const int col_lane = lane % kSpan, step_col = lane / kSpan;
   const int out_col = Pass::col(lane) * kStep + step_col;
   // Element (i, j) of a head lies at j * Dk + i: one address a lane, the
   // held columns at constant offsets from it.
-  T* const s = static_cast<T*>(p.state) +
-               (int(b) * p.state_slot_stride + h * kD * kD + (j0 + step_col) * kD + col_lane * kVec);
+  const int lane_off = h * kD * kD + (j0 + step_col) * kD + col_lane * kVec;
+  // (dense: below 2^31, which plan_launch checks; a pool may be larger)
+  const T* const s = static_cast<const T*>(p.state) +
+                     (kIndexed ? s_in * p.state_slot_stride + lane_off
+                               : int(b) * int(p.state_slot_stride) + lane_off);
+  // (the write slot's address formed at the stores, from a 32-bit slot: a
+  // 64-bit pointer fewer held through the sums)
+  const unsigned w_slot = unsigned(s_out);
   // The small loads first (they are the longer path), as raw words; then
   // the state's, kept behind them by the fence.
   RawRun<IO, kVec> q_raw, k_raw;
@@ -1780,13 +1821,17 @@ __global__ void __launch_bounds__(8 * kWarp, 4) decode_vk_dense_kernel(const __g
       },
       x[0], decay, beta, kq, p.scale, lane, delta);
   // S' = exp(g) S + k_hat delta
+  if (write) {
+    T* const s_w = kIndexed ? static_cast<T*>(p.state) + (int64_t(w_slot) * p.state_slot_stride + lane_off)
+                            : const_cast<T*>(s);
 #pragma unroll
-  for (int o = 0; o < kOuter; ++o) {
-    uint4 n;
+    for (int o = 0; o < kOuter; ++o) {
+      uint4 n;
 #pragma unroll
-    for (int e = 0; e < kVec; ++e)
-      reinterpret_cast<T*>(&n)[e] = Elem<T>::from_float(decay * elem(e, o) + kh[e] * delta[o]);
-    store_state16<(kHints & 1) != 0>(reinterpret_cast<uint4*>(s + o * kStep * kD), n);
+      for (int e = 0; e < kVec; ++e)
+        reinterpret_cast<T*>(&n)[e] = Elem<T>::from_float(decay * elem(e, o) + kh[e] * delta[o]);
+      store_state16<(kHints & 1) != 0>(reinterpret_cast<uint4*>(s_w + o * kStep * kD), n);
+    }
   }
   if (Pass::writer(lane))
     static_cast<IO*>(p.o)[int(b) * p.o_batch_stride + h * kD + j0 + out_col] = Elem<IO>::from_float(o_val);
@@ -2727,37 +2772,42 @@ int resident_warps_per_sm() {
   });
 }
 
-#if GDN_VK_DENSE
-// The dense call decode_vk_dense_kernel takes, but for its grid: no slot
-// indices (so in place), no conv or norm, a plain launch, raw gates, the
-// interleaved head map, Dk = Dv = 128, heads packed in q, k, v and o, every
-// offset below 2^31 elements; its IO is the launch's (with_io: one dtype
-// and aligned q/k rows, else MixedIO, which it does not take).
-inline bool dense_call(const DecodeParams& p) {
+#if GDN_VK_WAVE
+// The call decode_vk_wave_kernel takes, but for its grid: no conv or norm,
+// a plain launch, raw gates, the interleaved head map, Dk = Dv = 128, heads
+// packed in q, k, v and o, every offset of a row's tensors below 2^31
+// elements (and of the state's without slot indices); its IO is the
+// launch's (with_io: one dtype and aligned q/k rows, else MixedIO, which it
+// does not take).
+inline bool wave_call(const DecodeParams& p) {
   constexpr int64_t kD = 128, kMax = int64_t(1) << 31;
   // the largest offset of row B - 1 in a tensor whose rows are `stride`
   // apart and `span` elements long, below 2^31
   auto fits = [&](int64_t stride, int64_t span) { return (p.batch - 1) * stride + span < kMax; };
-  return p.index_dtype == IndexType::kNone && p.conv_width == 0 && p.norm_weight == nullptr &&
+  const bool pool = p.index_dtype != IndexType::kNone;
+  return p.conv_width == 0 && p.norm_weight == nullptr &&
          !p.programmatic_launch && p.gate == Gate::kRaw && p.head_map == HeadMap::kInterleaved &&
          p.head_dim_k == kD && p.head_dim_v == kD && p.q_head_stride == kD && p.k_head_stride == kD &&
          p.v_head_stride == kD && p.o_head_stride == kD && fits(p.q_batch_stride, p.num_k_heads * kD) &&
          fits(p.k_batch_stride, p.num_k_heads * kD) && fits(p.v_batch_stride, p.num_v_heads * kD) &&
          fits(p.o_batch_stride, p.num_v_heads * kD) && fits(p.a_batch_stride, p.num_v_heads) &&
-         fits(p.b_batch_stride, p.num_v_heads) && fits(p.state_slot_stride, p.num_v_heads * kD * kD);
+         fits(p.b_batch_stride, p.num_v_heads) && (pool || fits(p.state_slot_stride, p.num_v_heads * kD * kD));
 }
-// Its only instantiation per (T, IO) carries the step's L2 policies, which a
-// one-wave grid always takes; the warps of it an SM holds, once per device.
-template <typename T, typename IO>
-constexpr auto dense_kernel() {
-  return &decode_vk_dense_kernel<T, IO, step_l2_hints<T, Layout::kVK, 128, default_tile_param<T, Layout::kVK>()>()>;
+// Its instantiations per (T, IO), with and without slot indices, carry the
+// step's L2 policies, which a one-wave grid always takes; the warps of one
+// an SM holds, once per device.
+template <typename T, typename IO, bool kIndexed>
+constexpr auto wave_kernel() {
+  return &decode_vk_wave_kernel<T, IO, step_l2_hints<T, Layout::kVK, 128, default_tile_param<T, Layout::kVK>()>(),
+                                 kIndexed>;
 }
-template <typename T, typename IO>
-int dense_warps_per_sm() {
+template <typename T, typename IO, bool kIndexed>
+int wave_warps_per_sm() {
   static std::atomic<int> cache[kMaxCachedDevices];
   return per_device(cache, [] {
     int blocks = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, reinterpret_cast<const void*>(dense_kernel<T, IO>()),
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks,
+                                                      reinterpret_cast<const void*>(wave_kernel<T, IO, kIndexed>()),
                                                       8 * kWarp, 0) != cudaSuccess ||
         blocks < 1) {
       (void)cudaGetLastError();
@@ -2993,7 +3043,7 @@ cudaError_t launch_kernel(void (*kernel)(KArgs...), unsigned grid, unsigned bloc
 }
 
 template <typename T, Layout kLayout, int kDk, int kP>
-Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp, bool dense) {
+Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp, bool wave) {
   constexpr int cpi = cols_per_item<T, kLayout, kDk, kP>();
   Launch g;
   g.items_per_head = (p.head_dim_v + cpi - 1) / cpi;
@@ -3190,28 +3240,34 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
   // (Long grids gained from 4 on the two-pass kernel, bf16 B = 128 1.15x vs
   // 1.21x at 2; on the one-pass kernel 2 is best, and 3 for fp32 states in
   // grids of >= 16 waves' items: default_items_per_warp.)
-#if GDN_VK_DENSE
-  // The dense call in one wave (decode_vk_dense_kernel says which), in blocks
+#if GDN_VK_WAVE
+  // The engines' call in one wave (decode_vk_wave_kernel says which), in blocks
   // of the most warps (up to 8) that still put a block on every SM and load
   // the busiest SM no more than one-warp blocks would (the rule below for
   // one-wave grids, the warps now dealt out over the grid rather than a
-  // head). Against the ring kernel: H200, tune_cuda lean (bench/RESULTS.md
-  // round 35).
+  // head). Against the ring kernel (H200, tune_cuda wave, bench/RESULTS.md
+  // round 35): dense, 3-8% faster at B = 1 and 9% at bf16 B = 8 (1.12x ->
+  // 1.03x the copy); through a pool, 16-bit states level at B = 1 and 4%
+  // faster at B = 8, but fp32 states 4-5% slower at B = 1 (not analysed):
+  // fp32 pools keep the ring kernel.
   if constexpr (kDk == 128 && kP == default_tile_param<T, Layout::kVK>()) {
-    if (dense && dense_call(p)) {
-      const int dense_warps = with_io(p, [](auto io) {
+    const bool pool = p.index_dtype != IndexType::kNone;
+    if (wave && wave_call(p) && !(pool && sizeof(T) == 4)) {
+      const int wave_warps = with_io(p, [&](auto io) {
         using IO = decltype(io);
         if constexpr (std::is_same<IO, MixedIO>::value)
           return 0;
+        else if constexpr (sizeof(T) != 4)
+          return pool ? wave_warps_per_sm<T, IO, true>() : wave_warps_per_sm<T, IO, false>();
         else
-          return dense_warps_per_sm<T, IO>();
+          return wave_warps_per_sm<T, IO, false>();
       });
-      if (items <= int64_t(dense_warps) * sms) {
+      if (items <= int64_t(wave_warps) * sms) {
         auto blocks_with = [&](int ww) { return (items + ww - 1) / ww; };
         auto busiest = [&](int ww) { return (blocks_with(ww) + sms - 1) / sms * ww; };
         int w = 8;
         while (w > 1 && (blocks_with(w) < sms || busiest(w) > busiest(1))) w /= 2;
-        g.dense = true;
+        g.wave = true;
         g.warps_per_block = w;
         g.items_per_warp = 1;
         g.blocks_per_head = 0;  // (the grid is ceil(items / W) blocks)
@@ -3222,7 +3278,7 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
     }
   }
 #else
-  (void)dense;
+  (void)wave;
 #endif
   const int64_t slots = int64_t(resident_warps) * sms;
   int ipw = items <= slots || cap < 2 ? 1 : 2;
@@ -3375,11 +3431,11 @@ cudaError_t launch_decode(const DecodeParams& caller, const Launch& g, cudaStrea
         const unsigned threads = unsigned(g.warps_per_block * kWarp);
         const size_t smem = smem_bytes<T, kLayout, kDk, kP>(g.warps_per_block) + fused_smem;
         if constexpr (!kFused) {
-#if GDN_VK_DENSE
+#if GDN_VK_WAVE
           if constexpr (kDk == 128 && kP == default_tile_param<T, Layout::kVK>() &&
                         !std::is_same<IO, MixedIO>::value) {
-            if (g.dense) {
-              DenseParams d;
+            if (g.wave) {
+              WaveParams d;
               d.items = unsigned(p.batch * p.num_v_heads * g.items_per_head);
               d.by_hv = FastDiv(unsigned(p.num_v_heads));
               d.by_group = FastDiv(unsigned(p.num_v_heads / p.num_k_heads));
@@ -3388,7 +3444,11 @@ cudaError_t launch_decode(const DecodeParams& caller, const Launch& g, cudaStrea
               d.v_batch_stride = int32_t(p.v_batch_stride);
               d.a_batch_stride = int32_t(p.a_batch_stride);
               d.b_batch_stride = int32_t(p.b_batch_stride);
-              d.state_slot_stride = int32_t(p.state_slot_stride);
+              d.index_dtype = p.index_dtype;
+              d.num_slots = p.num_slots;
+              d.state_indices = p.state_indices;
+              d.state_out_indices = p.state_out_indices;
+              d.state_slot_stride = p.state_slot_stride;
               d.q = p.q;
               d.k = p.k;
               d.v = p.v;
@@ -3402,8 +3462,16 @@ cudaError_t launch_decode(const DecodeParams& caller, const Launch& g, cudaStrea
               d.scale = scale;
               d.o_batch_stride = int32_t(p.o_batch_stride);
               d.o = p.o;
+              d.invalid_index_count = p.invalid_index_count;
               const unsigned grid = (d.items + unsigned(g.warps_per_block) - 1) / unsigned(g.warps_per_block);
-              return launch_kernel(dense_kernel<T, IO>(), grid, threads, 0, stream, false, 1, d);
+              // (through a pool for 16-bit states only: plan_launch)
+              if (p.index_dtype != IndexType::kNone) {
+                if constexpr (sizeof(T) != 4)
+                  return launch_kernel(wave_kernel<T, IO, true>(), grid, threads, 0, stream, false, 1, d);
+                else
+                  return cudaErrorInvalidConfiguration;
+              }
+              return launch_kernel(wave_kernel<T, IO, false>(), grid, threads, 0, stream, false, 1, d);
             }
           }
 #endif
