@@ -1161,7 +1161,7 @@ void sweep_launch() {
 
 // "wave": the library's vk step on calls in one wave, dense and through a
 // pool, by decode_vk_wave_kernel (as planned) against the ring kernel
-// (plan_launch's wave off), same process, same sets, alternating (RESULTS
+// (plan_launch's allow_wave off), same process, same sets, alternating (RESULTS
 // round 35).
 // First, on the bed's first set, both from the same initial state: whether
 // the plan takes the one-wave kernel, and whether the two agree bit for bit.

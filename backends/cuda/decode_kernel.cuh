@@ -847,10 +847,11 @@ constexpr int step_l2_hints() {
 constexpr int kFusedL2Hints = kL2EvictFirst;
 
 // The geometry the library picks for p on a GPU with `sms` multiprocessors.
-// l2_bytes: its L2's size (where the state's L2 policies apply). wave
-// false: never decode_vk_wave_kernel (Launch::wave; tune_cuda's A/B).
+// l2_bytes: its L2's size (where the state's L2 policies apply).
+// allow_wave false: never decode_vk_wave_kernel (Launch::wave; tune_cuda's A/B).
 template <typename T, Layout kLayout, int kDk, int kP>
-Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp = 4, bool wave = true);
+Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp = 4,
+                   bool allow_wave = true);
 
 template <typename T, Layout kLayout, int kDk, int kP>
 cudaError_t launch_decode(const DecodeParams& p, const Launch& g, cudaStream_t stream);

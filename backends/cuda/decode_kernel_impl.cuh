@@ -3043,7 +3043,7 @@ cudaError_t launch_kernel(void (*kernel)(KArgs...), unsigned grid, unsigned bloc
 }
 
 template <typename T, Layout kLayout, int kDk, int kP>
-Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp, bool wave) {
+Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_items_per_warp, bool allow_wave) {
   constexpr int cpi = cols_per_item<T, kLayout, kDk, kP>();
   Launch g;
   g.items_per_head = (p.head_dim_v + cpi - 1) / cpi;
@@ -3246,13 +3246,13 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
   // the busiest SM no more than one-warp blocks would (the rule below for
   // one-wave grids, the warps now dealt out over the grid rather than a
   // head). Against the ring kernel (H200, tune_cuda wave, bench/RESULTS.md
-  // round 35): dense, 3-8% faster at B = 1 and 9% at bf16 B = 8 (1.12x ->
-  // 1.03x the copy); through a pool, 16-bit states level at B = 1 and 4%
+  // round 35): dense, 3-8% faster at B = 1 and 9% at bf16 B = 8 (by the
+  // protocol 1.16x -> 1.06x the copy); through a pool, 16-bit states level at B = 1 and 4%
   // faster at B = 8, but fp32 states 4-5% slower at B = 1 (not analysed):
   // fp32 pools keep the ring kernel.
   if constexpr (kDk == 128 && kP == default_tile_param<T, Layout::kVK>()) {
     const bool pool = p.index_dtype != IndexType::kNone;
-    if (wave && wave_call(p) && !(pool && sizeof(T) == 4)) {
+    if (allow_wave && wave_call(p) && !(pool && sizeof(T) == 4)) {
       const int wave_warps = with_io(p, [&](auto io) {
         using IO = decltype(io);
         if constexpr (std::is_same<IO, MixedIO>::value)
@@ -3278,7 +3278,7 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
     }
   }
 #else
-  (void)wave;
+  (void)allow_wave;
 #endif
   const int64_t slots = int64_t(resident_warps) * sms;
   int ipw = items <= slots || cap < 2 ? 1 : 2;
