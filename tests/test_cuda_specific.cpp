@@ -153,7 +153,9 @@ TEST_F(CudaOnly, ProgrammaticLaunchInAGraph) {
 // (one block a group), both layouts, through a pool (with a padding row at
 // B = 40):
 // - the fused middle (conv W = 4 + norm) and the step alone, fp32 and bf16
-//   state, bf16 inputs;
+//   state, bf16 inputs; the step dense too (vk: the one-wave kernel's
+//   programmatic twin at B = 1 for both states, at B = 40 for bf16, which
+//   it also takes through the pool);
 // - bf16 state: the conv alone (W = 2) with fp16 inputs; the norm alone;
 //   the fused middle with rows 3 elements apart (not 16-byte aligned: the
 //   prologue's channel-by-channel form) and a tap-major conv pool.
@@ -211,6 +213,10 @@ TEST_F(CudaOnly, ProgrammaticLaunchReadsTheUpstreamsOutputsAfterItsWait) {
           CaseSpec spec = pdl_case("pdl late inputs", 31 + uint64_t(batch) + (fused ? 0 : 100), fused, batch, layout);
           spec.state = state;
           late_inputs_case(in_a_pool(spec));
+          if (!fused) {
+            SCOPED_TRACE("dense");
+            late_inputs_case(spec);
+          }
         }
       const uint64_t seed = 61 + uint64_t(batch);
       CaseSpec base = pdl_case("pdl late inputs", seed, true, batch, layout);
@@ -409,8 +415,11 @@ TEST_F(CudaOnly, StepEitherSideOfTheL2Line) {
 // takes from the caller (packed rows, padded rows and slots, either l2norm
 // mode, a custom scale, extreme gates; pools with int32 or int64 indices,
 // padding rows, a separate write slot, rows not written, out-of-range
-// indices counted). Batch invariance against the ring kernel:
-// test_invariance.cpp.
+// indices counted). Each case also as a programmatic launch (on sm_90 the
+// kernel's twin that loads the state before its wait; nothing upstream
+// here, so the wait returns at once; the order of its reads behind a late
+// writer: ProgrammaticLaunchReadsTheUpstreamsOutputsAfterItsWait). Batch
+// invariance against the ring kernel: test_invariance.cpp.
 TEST_F(CudaOnly, VkCallsInOneWave) {
   uint64_t seed = 301;
   int variant = 0;
@@ -453,6 +462,19 @@ TEST_F(CudaOnly, VkCallsInOneWave) {
                     ", state " + gdn::to_string(t) + ", inputs " + gdn::to_string(io) + ", form " +
                     std::to_string((variant - 1) % 6);
         run_and_check(spec, gdn::Backend::kCuda);
+
+        SCOPED_TRACE(spec.name + ", programmatic launch");
+        const HostCase hc = make_case(spec);
+        DeviceCase dc(hc, gdn::Backend::kCuda);
+        cudaStream_t stream;
+        ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+        dc.p.stream = stream;
+        dc.p.programmatic_launch = true;
+        const gdn::Status st = gdn::decode(dc.p, gdn::Backend::kCuda);
+        ASSERT_TRUE(st.ok()) << st.message;
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        cudaStreamDestroy(stream);
+        check_device_case(hc, dc);
       }
 }
 

@@ -80,7 +80,7 @@
 // W or items per warp, so results are bitwise identical whatever split the
 // batch size picks (batch-invariant and deterministic; tested B = 1 vs 600).
 // The engines' call (one input dtype, packed heads, raw gates, Dk = Dv =
-// 128, a plain launch; dense, or through a pool for 16-bit states) in a
+// 128; dense, or through a pool for 16-bit states; plain or programmatic) in a
 // one-wave grid runs the same items in a kernel of its own instead
 // (decode_vk_wave_kernel): one item a warp, the state straight into
 // registers, no ring, a 3-line parameter block, blocks by the same rule

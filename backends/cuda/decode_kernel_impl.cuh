@@ -1670,8 +1670,8 @@ __global__ void __launch_bounds__(8 * kWarp, (vk_min_blocks<T, true>()))
 #if GDN_VK_WAVE
 // ---- vk, the engines' call in one wave (Launch::wave) ---------------------
 // The serving engines' call at small B: q/k/v/a/b/o in one dtype with packed
-// heads, raw gates, the interleaved head map, a plain launch, Dk = Dv = 128,
-// dense or through a pool, and a grid whose every item has a resident warp
+// heads, raw gates, the interleaved head map, Dk = Dv = 128, dense or
+// through a pool, plain or programmatic, and a grid whose every item has a resident warp
 // from the start (Qwen3.5's shape: B = 1 at either state dtype, B = 8 for
 // 16-bit states). The step is then one round of memory latency, and the
 // general kernel's machinery only lengthens it: its copies through shared
@@ -1723,7 +1723,10 @@ struct WaveParams {
 // gw / kItems = b * Hv + h.
 // kIndexed: through the pool's slot indices (padding rows, out-of-range
 // indices counted, a separate write slot), as decode_vk; else row b in slot b.
-template <typename T, typename IO, int kHints, bool kIndexed>
+// kPdl: a programmatic launch's (sm_90): the state's loads go out first,
+// then the wait for the previous kernel, and only then the inputs are read
+// and anything is written (DecodeParams::programmatic_launch).
+template <typename T, typename IO, int kHints, bool kIndexed, bool kPdl>
 __global__ void __launch_bounds__(8 * kWarp, 4) decode_vk_wave_kernel(const __grid_constant__ WaveParams p) {
   constexpr int kD = 128;
   using VkT = VkTile<T, kD, default_tile_param<T, Layout::kVK>()>;
@@ -1761,13 +1764,14 @@ __global__ void __launch_bounds__(8 * kWarp, 4) decode_vk_wave_kernel(const __gr
   };
   if (kIndexed && (s_in < 0 || s_in >= p.num_slots)) {
     // Padding row: zero the item's outputs, touch no state.
+    if constexpr (kPdl) wait_upstream();
     count_bad();
     if (lane < VkT::kColsPerItem)
       static_cast<IO*>(p.o)[int(b) * p.o_batch_stride + h * kD + j0 + lane] = Elem<IO>::from_float(0.0f);
     return;
   }
   // (before the loads, where decode_vk counts after them: so measured, round 35)
-  count_bad();
+  if constexpr (!kPdl) count_bad();
   // Held row r = col_lane * kVec + e, held column o = j0 + o * kStep +
   // step_col; the lane's output column out_col (decode_vk's numbering).
   const int col_lane = lane % kSpan, step_col = lane / kSpan;
@@ -1783,19 +1787,36 @@ __global__ void __launch_bounds__(8 * kWarp, 4) decode_vk_wave_kernel(const __gr
   // 64-bit pointer fewer held through the sums)
   const unsigned w_slot = unsigned(s_out);
   // The small loads first (they are the longer path), as raw words; then
-  // the state's, kept behind them by the fence.
+  // the state's, kept behind them by the fence. A programmatic launch
+  // issues the state's before its wait instead: the inputs may still be
+  // being written by the previous kernel.
   RawRun<IO, kVec> q_raw, k_raw;
   RawRun<IO, 1> v_raw, a_raw, b_raw;
-  q_raw.load(static_cast<const IO*>(p.q) + (int(b) * p.q_batch_stride + hk * kD + col_lane * kVec));
-  k_raw.load(static_cast<const IO*>(p.k) + (int(b) * p.k_batch_stride + hk * kD + col_lane * kVec));
-  v_raw.load(static_cast<const IO*>(p.v) + (int(b) * p.v_batch_stride + h * kD + j0 + out_col));
-  a_raw.load(static_cast<const IO*>(p.a) + (int(b) * p.a_batch_stride + h));
-  b_raw.load(static_cast<const IO*>(p.b) + (int(b) * p.b_batch_stride + h));
-  const float A_log = p.A_log[h], dt_bias = p.dt_bias[h];
-  issue_order_fence();
+  float A_log, dt_bias;
+  auto load_small = [&] {
+    q_raw.load(static_cast<const IO*>(p.q) + (int(b) * p.q_batch_stride + hk * kD + col_lane * kVec));
+    k_raw.load(static_cast<const IO*>(p.k) + (int(b) * p.k_batch_stride + hk * kD + col_lane * kVec));
+    v_raw.load(static_cast<const IO*>(p.v) + (int(b) * p.v_batch_stride + h * kD + j0 + out_col));
+    a_raw.load(static_cast<const IO*>(p.a) + (int(b) * p.a_batch_stride + h));
+    b_raw.load(static_cast<const IO*>(p.b) + (int(b) * p.b_batch_stride + h));
+    A_log = p.A_log[h];
+    dt_bias = p.dt_bias[h];
+  };
   uint4 st[kOuter];
+  auto load_state = [&] {
 #pragma unroll
-  for (int o = 0; o < kOuter; ++o) st[o] = *reinterpret_cast<const uint4*>(s + o * kStep * kD);
+    for (int o = 0; o < kOuter; ++o) st[o] = *reinterpret_cast<const uint4*>(s + o * kStep * kD);
+  };
+  if constexpr (kPdl) {
+    load_state();
+    wait_upstream();
+    count_bad();
+    load_small();
+  } else {
+    load_small();
+    issue_order_fence();
+    load_state();
+  }
   float qh[kVec], kh[kVec], x[1];
   q_raw.to_float(qh);
   k_raw.to_float(kh);
@@ -1820,6 +1841,17 @@ __global__ void __launch_bounds__(8 * kWarp, 4) decode_vk_wave_kernel(const __gr
         return acc;
       },
       x[0], decay, beta, kq, p.scale, lane, delta);
+  // A 16-bit state's words are opaque to the compiler from here, so S' is
+  // computed from them widened again (one instruction an element) rather
+  // than from the floats the sums widened: those would stay live through
+  // the sums, and through a pool (the write slot and the row's offset held
+  // too) the 64 registers spilled 28-32 bytes. Same values, same bits;
+  // bf16 through the benchmark's pool 3% faster at B = 8 and 1.7% at B = 1,
+  // no change dense, where nothing spilled (H200, bench/RESULTS.md round 36).
+  if constexpr (kIndexed && sizeof(T) == 2) {
+#pragma unroll
+    for (int o = 0; o < kOuter; ++o) asm volatile("" : "+r"(st[o].x), "+r"(st[o].y), "+r"(st[o].z), "+r"(st[o].w));
+  }
   // S' = exp(g) S + k_hat delta
   if (write) {
     T* const s_w = kIndexed ? static_cast<T*>(p.state) + (int64_t(w_slot) * p.state_slot_stride + lane_off)
@@ -2774,7 +2806,7 @@ int resident_warps_per_sm() {
 
 #if GDN_VK_WAVE
 // The call decode_vk_wave_kernel takes, but for its grid: no conv or norm,
-// a plain launch, raw gates, the interleaved head map, Dk = Dv = 128, heads
+// raw gates, the interleaved head map, Dk = Dv = 128, heads
 // packed in q, k, v and o, every offset of a row's tensors below 2^31
 // elements (and of the state's without slot indices); its IO is the
 // launch's (with_io: one dtype and aligned q/k rows, else MixedIO, which it
@@ -2785,21 +2817,22 @@ inline bool wave_call(const DecodeParams& p) {
   // apart and `span` elements long, below 2^31
   auto fits = [&](int64_t stride, int64_t span) { return (p.batch - 1) * stride + span < kMax; };
   const bool pool = p.index_dtype != IndexType::kNone;
-  return p.conv_width == 0 && p.norm_weight == nullptr &&
-         !p.programmatic_launch && p.gate == Gate::kRaw && p.head_map == HeadMap::kInterleaved &&
+  return p.conv_width == 0 && p.norm_weight == nullptr && p.gate == Gate::kRaw &&
+         p.head_map == HeadMap::kInterleaved &&
          p.head_dim_k == kD && p.head_dim_v == kD && p.q_head_stride == kD && p.k_head_stride == kD &&
          p.v_head_stride == kD && p.o_head_stride == kD && fits(p.q_batch_stride, p.num_k_heads * kD) &&
          fits(p.k_batch_stride, p.num_k_heads * kD) && fits(p.v_batch_stride, p.num_v_heads * kD) &&
          fits(p.o_batch_stride, p.num_v_heads * kD) && fits(p.a_batch_stride, p.num_v_heads) &&
          fits(p.b_batch_stride, p.num_v_heads) && (pool || fits(p.state_slot_stride, p.num_v_heads * kD * kD));
 }
-// Its instantiations per (T, IO), with and without slot indices, carry the
-// step's L2 policies, which a one-wave grid always takes; the warps of one
-// an SM holds, once per device.
-template <typename T, typename IO, bool kIndexed>
+// Its instantiations per (T, IO), with and without slot indices, plain or
+// programmatic, carry the step's L2 policies, which a one-wave grid always
+// takes; the warps of one an SM holds (both launches' bounds are the same),
+// once per device.
+template <typename T, typename IO, bool kIndexed, bool kPdl = false>
 constexpr auto wave_kernel() {
   return &decode_vk_wave_kernel<T, IO, step_l2_hints<T, Layout::kVK, 128, default_tile_param<T, Layout::kVK>()>(),
-                                 kIndexed>;
+                                 kIndexed, kPdl>;
 }
 template <typename T, typename IO, bool kIndexed>
 int wave_warps_per_sm() {
@@ -3466,11 +3499,14 @@ cudaError_t launch_decode(const DecodeParams& caller, const Launch& g, cudaStrea
               const unsigned grid = (d.items + unsigned(g.warps_per_block) - 1) / unsigned(g.warps_per_block);
               // (through a pool for 16-bit states only: plan_launch)
               if (p.index_dtype != IndexType::kNone) {
-                if constexpr (sizeof(T) != 4)
+                if constexpr (sizeof(T) != 4) {
+                  if (pdl) return launch_kernel(wave_kernel<T, IO, true, true>(), grid, threads, 0, stream, true, 1, d);
                   return launch_kernel(wave_kernel<T, IO, true>(), grid, threads, 0, stream, false, 1, d);
-                else
+                } else {
                   return cudaErrorInvalidConfiguration;
+                }
               }
+              if (pdl) return launch_kernel(wave_kernel<T, IO, false, true>(), grid, threads, 0, stream, true, 1, d);
               return launch_kernel(wave_kernel<T, IO, false>(), grid, threads, 0, stream, false, 1, d);
             }
           }
