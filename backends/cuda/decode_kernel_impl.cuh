@@ -1671,9 +1671,9 @@ __global__ void __launch_bounds__(8 * kWarp, (vk_min_blocks<T, true>()))
 // ---- vk, the engines' call in one wave (Launch::wave) ---------------------
 // The serving engines' call at small B: q/k/v/a/b/o in one dtype with packed
 // heads, raw gates, the interleaved head map, Dk = Dv = 128, dense or
-// through a pool, plain or programmatic, and a grid whose every item has a resident warp
-// from the start (Qwen3.5's shape: B = 1 at either state dtype, B = 8 for
-// 16-bit states). The step is then one round of memory latency, and the
+// through a pool, plain or programmatic, and a grid whose every item has a
+// resident warp from the start (Qwen3.5's shape: B = 1 at either state
+// dtype, B = 8 for 16-bit states). The step is then one round of memory latency, and the
 // general kernel's machinery only lengthens it: its copies through shared
 // memory, a block's worth of coordinates, 64-bit strides, the runtime gate
 // and head-map modes and a 5-line parameter block (80 registers for 16-bit
