@@ -1228,8 +1228,8 @@ void wave_rows(int sms, int64_t B, int hk, int hv, bool indexed, int rep) {
   }
   std::printf("WAVE %d %s B=%-3lld Hk=%-2d Hv=%-2d%s ring %7.3f wave %7.3f (%s) copy %7.3f | ratio ring %6.3f wave "
               "%6.3f | wave/ring %6.3f\n",
-              rep, tn, (long long)B, hk, hv, indexed ? " pool" : "     ", ring, wave, planned ? "planned" : "ring  ", copy, ring / copy,
-              wave / copy, wave / ring);
+              rep, tn, (long long)B, hk, hv, indexed ? " pool" : "     ", ring, wave, planned ? "planned" : "ring  ",
+              copy, ring / copy, wave / copy, wave / ring);
 }
 
 void sweep_wave(int sms) {

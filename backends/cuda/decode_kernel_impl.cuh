@@ -1673,11 +1673,12 @@ __global__ void __launch_bounds__(8 * kWarp, (vk_min_blocks<T, true>()))
 // heads, raw gates, the interleaved head map, Dk = Dv = 128, dense or
 // through a pool, plain or programmatic, and a grid whose every item has a
 // resident warp from the start (Qwen3.5's shape: B = 1 at either state
-// dtype, B = 8 for 16-bit states). The step is then one round of memory latency, and the
-// general kernel's machinery only lengthens it: its copies through shared
-// memory, a block's worth of coordinates, 64-bit strides, the runtime gate
-// and head-map modes and a 5-line parameter block (80 registers for 16-bit
-// states: 24 warps an SM, so bf16 B = 8 ran in two rounds). Here each warp
+// dtype, B = 8 for 16-bit states). The step is then one round of memory
+// latency, and the general kernel's machinery only lengthens it: its copies
+// through shared memory, a block's worth of coordinates, 64-bit strides,
+// the runtime gate and head-map modes and a 5-line parameter block (80
+// registers for 16-bit states: 24 warps an SM, so bf16 B = 8 ran in two
+// rounds). Here each warp
 // computes its one item with the state loaded straight into registers, no
 // shared memory, no barrier, 64 registers at most, from the few parameters
 // below. The item, the rows and columns a lane holds, and every sum
@@ -3279,10 +3280,11 @@ Launch plan_launch(const DecodeParams& p, int sms, int64_t l2_bytes, int max_ite
   // the busiest SM no more than one-warp blocks would (the rule below for
   // one-wave grids, the warps now dealt out over the grid rather than a
   // head). Against the ring kernel (H200, tune_cuda wave, bench/RESULTS.md
-  // round 35): dense, 3-8% faster at B = 1 and 9% at bf16 B = 8 (by the
-  // protocol 1.16x -> 1.06x the copy); through a pool, 16-bit states level at B = 1 and 4%
-  // faster at B = 8, but fp32 states 4-5% slower at B = 1 (not analysed):
-  // fp32 pools keep the ring kernel.
+  // rounds 35-36): dense, 3-8% faster at B = 1 and 9% at bf16 B = 8 (by
+  // the protocol 1.16x -> 1.05-1.06x the copy); through a pool, 16-bit
+  // states 1.4% faster at B = 1 and 7% at B = 8, but fp32 states 4.5-5%
+  // slower at B = 1 (48 registers, no spills; cause not found): fp32 pools
+  // keep the ring kernel.
   if constexpr (kDk == 128 && kP == default_tile_param<T, Layout::kVK>()) {
     const bool pool = p.index_dtype != IndexType::kNone;
     if (allow_wave && wave_call(p) && !(pool && sizeof(T) == 4)) {
