@@ -126,7 +126,7 @@ def main():
             lay = _ops.KV if layout == "kv" else _ops.VK
 
             def op():
-                torch.ops.gdnkit.decode_packed(qkv, a, b, A_log, dt_bias, state, None, None, None, lay)
+                torch.ops.gdnkit.decode_packed(qkv, a, b, A_log, dt_bias, state, layout=lay)
 
             row = {"state": str(state_dtype).replace("torch.", ""), "layout": layout}
             row["eager_op_us"] = eager_us(op, device, calls)
@@ -153,10 +153,10 @@ def main():
     alpha, beta_raw = a.float(), b.float()  # ExecuTorch's test passes fp32 gates
     entries = {
         "raw path (no dispatcher: _ops.run)": lambda: _ops.run(
-            None, None, None, qkv, a, b, A_log, dt_bias, state, out, None, None, None,
-            _ops.VK, _ops.RAW, _ops.RSQRT, 1e-6, 0.0, _ops.INTERLEAVED, 0),
+            qkv=qkv, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state, out=out,
+            layout=_ops.VK, gate=_ops.RAW, l2norm=_ops.RSQRT),
         "torch.ops.gdnkit.decode_packed": lambda: torch.ops.gdnkit.decode_packed(
-            qkv, a, b, A_log, dt_bias, state, None, None, None),
+            qkv, a, b, A_log, dt_bias, state),
         "gdnkit.torch.decode (string options)": lambda: gt.decode(
             qkv=qkv, a=a, b=b, state=state, A_log=A_log, dt_bias=dt_bias),
         "gdnkit.decode (DLPack path)": lambda: gdnkit.decode(

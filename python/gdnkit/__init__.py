@@ -28,16 +28,8 @@ def _preload_bundled_libraries():
 _preload_bundled_libraries()
 
 from . import _gdnkit  # noqa: E402
-from ._api import (  # noqa: E402
-    GATES,
-    HEAD_MAPS,
-    L2NORMS,
-    LAYOUTS,
-    backend_available,
-    backend_built,
-    decode,
-    info,
-)
+from ._api import backend_available, backend_built, decode, info  # noqa: E402
+from ._options import GATES, HEAD_MAPS, L2NORMS, LAYOUTS  # noqa: E402
 
 __version__ = _gdnkit.version()
 

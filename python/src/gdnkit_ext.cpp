@@ -658,39 +658,14 @@ void import_out(nb::handle h, ArrayView* v, OutArray* keep) {
   fill_view(*keep, v);
 }
 
-void decode_dlpack(nb::handle q, nb::handle k, nb::handle v, nb::handle qkv, nb::handle a,
-                   nb::handle b, nb::handle A_log, nb::handle dt_bias, nb::handle state,
-                   nb::handle out, nb::handle state_indices, nb::handle state_out_indices,
-                   nb::handle invalid_index_count, int layout, int gate, int l2norm,
-                   double l2norm_eps, double scale, int head_map, int64_t num_k_heads,
-                   uint64_t stream, nb::handle x_in, nb::handle conv_state, nb::handle conv_weight,
-                   nb::handle conv_bias, nb::handle z, nb::handle norm_weight, double norm_eps,
-                   bool programmatic_launch) {
-  Arrays x;
+// Arrays arriving through DLPack (or the buffer protocol), held for the call.
+struct DlpackImport {
   InArray in[15];
-  OutArray outs[4];
-  import_in(q, &x.q, &in[0]);
-  import_in(k, &x.k, &in[1]);
-  import_in(v, &x.v, &in[2]);
-  import_in(qkv, &x.qkv, &in[3]);
-  import_in(a, &x.a, &in[4]);
-  import_in(b, &x.b, &in[5]);
-  import_in(A_log, &x.A_log, &in[6]);
-  import_in(dt_bias, &x.dt_bias, &in[7]);
-  import_in(state_indices, &x.idx, &in[8]);
-  import_in(state_out_indices, &x.out_idx, &in[9]);
-  import_out(state, &x.state, &outs[0]);
-  import_out(out, &x.o, &outs[1]);
-  import_out(invalid_index_count, &x.counter, &outs[2]);
-  import_in(x_in, &x.x, &in[10]);
-  import_out(conv_state, &x.conv_state, &outs[3]);
-  import_in(conv_weight, &x.conv_weight, &in[11]);
-  import_in(conv_bias, &x.conv_bias, &in[12]);
-  import_in(z, &x.z, &in[13]);
-  import_in(norm_weight, &x.norm_weight, &in[14]);
-  run_decode(x, Options{layout, gate, l2norm, l2norm_eps, scale, head_map, num_k_heads, stream,
-                        norm_eps, programmatic_launch});
-}
+  OutArray out[4];
+  int n_in{0}, n_out{0};
+  void read(nb::handle h, ArrayView* v) { import_in(h, v, &in[n_in++]); }
+  void written(nb::handle h, ArrayView* v) { import_out(h, v, &out[n_out++]); }
+};
 
 // ---- raw path (the PyTorch ops) --------------------------------------------------
 //
@@ -721,34 +696,48 @@ void import_raw(nb::handle h, ArrayView* v) {
   v->dev_id = nb::cast<int32_t>(t[6]);
 }
 
-void decode_raw(nb::handle q, nb::handle k, nb::handle v, nb::handle qkv, nb::handle a,
-                nb::handle b, nb::handle A_log, nb::handle dt_bias, nb::handle state,
-                nb::handle out, nb::handle state_indices, nb::handle state_out_indices,
-                nb::handle invalid_index_count, int layout, int gate, int l2norm,
-                double l2norm_eps, double scale, int head_map, int64_t num_k_heads,
-                uint64_t stream, nb::handle x_in, nb::handle conv_state, nb::handle conv_weight,
-                nb::handle conv_bias, nb::handle z, nb::handle norm_weight, double norm_eps,
-                   bool programmatic_launch) {
+// Raw descriptions: the caller holds the memory.
+struct RawImport {
+  void read(nb::handle h, ArrayView* v) { import_raw(h, v); }
+  void written(nb::handle h, ArrayView* v) { import_raw(h, v); }
+};
+
+// ---- the entry points --------------------------------------------------------------
+//
+// decode (DLPack) and decode_raw (raw descriptions) take the same arguments, named in
+// GDNKIT_DECODE_ARGS below; the Python package passes them by name
+// (gdnkit/_options.py: PARAMS, ext_kwargs).
+
+template <class Import>
+void decode_entry(nb::handle q, nb::handle k, nb::handle v, nb::handle qkv, nb::handle a,
+                  nb::handle b, nb::handle A_log, nb::handle dt_bias, nb::handle state,
+                  nb::handle out, nb::handle state_indices, nb::handle state_out_indices,
+                  nb::handle invalid_index_count, int layout, int gate, int l2norm,
+                  double l2norm_eps, double scale, int head_map, int64_t num_k_heads,
+                  uint64_t stream, nb::handle x_in, nb::handle conv_state,
+                  nb::handle conv_weight, nb::handle conv_bias, nb::handle z,
+                  nb::handle norm_weight, double norm_eps, bool programmatic_launch) {
   Arrays x;
-  import_raw(q, &x.q);
-  import_raw(k, &x.k);
-  import_raw(v, &x.v);
-  import_raw(qkv, &x.qkv);
-  import_raw(a, &x.a);
-  import_raw(b, &x.b);
-  import_raw(A_log, &x.A_log);
-  import_raw(dt_bias, &x.dt_bias);
-  import_raw(state, &x.state);
-  import_raw(out, &x.o);
-  import_raw(state_indices, &x.idx);
-  import_raw(state_out_indices, &x.out_idx);
-  import_raw(invalid_index_count, &x.counter);
-  import_raw(x_in, &x.x);
-  import_raw(conv_state, &x.conv_state);
-  import_raw(conv_weight, &x.conv_weight);
-  import_raw(conv_bias, &x.conv_bias);
-  import_raw(z, &x.z);
-  import_raw(norm_weight, &x.norm_weight);
+  Import im;
+  im.read(q, &x.q);
+  im.read(k, &x.k);
+  im.read(v, &x.v);
+  im.read(qkv, &x.qkv);
+  im.read(a, &x.a);
+  im.read(b, &x.b);
+  im.read(A_log, &x.A_log);
+  im.read(dt_bias, &x.dt_bias);
+  im.read(state_indices, &x.idx);
+  im.read(state_out_indices, &x.out_idx);
+  im.written(state, &x.state);
+  im.written(out, &x.o);
+  im.written(invalid_index_count, &x.counter);
+  im.read(x_in, &x.x);
+  im.written(conv_state, &x.conv_state);
+  im.read(conv_weight, &x.conv_weight);
+  im.read(conv_bias, &x.conv_bias);
+  im.read(z, &x.z);
+  im.read(norm_weight, &x.norm_weight);
   run_decode(x, Options{layout, gate, l2norm, l2norm_eps, scale, head_map, num_k_heads, stream,
                         norm_eps, programmatic_launch});
 }
@@ -779,9 +768,9 @@ NB_MODULE(_gdnkit, m) {
       nb::arg("norm_weight").none() = nb::none(), nb::arg("norm_eps") = 1e-6,                  \
       nb::arg("programmatic_launch") = false
 
-  m.def("decode", &decode_dlpack, GDNKIT_DECODE_ARGS,
+  m.def("decode", &decode_entry<DlpackImport>, GDNKIT_DECODE_ARGS,
         "One decode step on DLPack arrays (see gdnkit.decode for the friendly front end).");
-  m.def("decode_raw", &decode_raw, GDNKIT_DECODE_ARGS,
+  m.def("decode_raw", &decode_entry<RawImport>, GDNKIT_DECODE_ARGS,
         "One decode step on raw array descriptions (the PyTorch ops' fast path).");
 #undef GDNKIT_DECODE_ARGS
 

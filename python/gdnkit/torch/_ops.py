@@ -5,58 +5,24 @@ Every op's schema declares what it writes (Tensor(a!)) and each has a fake
 torch.export, and inside CUDA graph capture. CUDA tensors run on the current
 stream of their device; CPU tensors on the host backend.
 
-The ops are defined with torch.library.Library and a schema string rather than the
+The schemas, implementations and fakes of decode, decode_packed and decode_conv
+all come from gdnkit._options.PARAMS; decode_kw is the keyword front end over the
+three (gdnkit.torch.decode, and what the drop-in wrappers call). The ops are
+defined with torch.library.Library and a schema string rather than the
 torch.library.custom_op decorator: same behaviour for compile/export/functionalization,
 but a dispatch of about 4 us instead of 20-40 us in eager mode.
 """
 import torch
 
-from .. import _gdnkit
-from .._api import GATES, HEAD_MAPS, L2NORMS, LAYOUTS
+from .._options import (DECODE, DECODE_CONV, DECODE_PACKED, GATES, HEAD_MAPS, L2NORMS, LAYOUTS,
+                        OPS, TORCH_PARAMS, make_function, normalized, op_params, schema,
+                        signature)
+from .._raw import run, run_values  # run: the raw path, by keyword (no dispatcher)
 
 KV, VK = LAYOUTS["kv"], LAYOUTS["vk"]
 RAW, PRECOMPUTED = GATES["raw"], GATES["precomputed"]
 RSQRT, MAX_NORM, NO_NORM = L2NORMS["rsqrt"], L2NORMS["max_norm"], L2NORMS["none"]
 INTERLEAVED, TILED = HEAD_MAPS["interleaved"], HEAD_MAPS["tiled"]
-
-# torch dtype -> DLPack (code, bits)
-_DLPACK_DTYPE = {
-    torch.float32: (2, 32),
-    torch.float16: (2, 16),
-    torch.bfloat16: (4, 16),
-    torch.float64: (2, 64),
-    torch.int32: (0, 32),
-    torch.int64: (0, 64),
-}
-for _name, _code in (("uint32", (1, 32)), ("uint16", (1, 16))):
-    if hasattr(torch, _name):
-        _DLPACK_DTYPE[getattr(torch, _name)] = _code
-
-_CUDA_DEVICE_TYPE = 10 if getattr(torch.version, "hip", None) else 2  # ROCm torch says "cuda"
-
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-
-
-def _stream_of(device):
-    if device.type != "cuda":
-        return 0
-    if _raw_stream is not None:
-        return _raw_stream(device.index)
-    return torch.cuda.current_stream(device).cuda_stream
-
-
-def _desc(t, name):
-    """(ptr, shape, strides, dlpack code, bits, device type, device id) for decode_raw."""
-    if t is None:
-        return None
-    code = _DLPACK_DTYPE.get(t.dtype)
-    if code is None:
-        raise ValueError(f"{name}: dtype {t.dtype} is not supported")
-    if t.is_cuda:
-        return (t.data_ptr(), t.shape, t.stride(), code[0], code[1], _CUDA_DEVICE_TYPE, t.get_device())
-    if t.is_cpu:
-        return (t.data_ptr(), t.shape, t.stride(), code[0], code[1], 1, 0)
-    raise ValueError(f"{name}: tensors on {t.device} are not supported (cpu or cuda)")
 
 
 def _rows(a):
@@ -72,142 +38,74 @@ def _out_shape(a, state, layout):
     return (_rows(a), hv, dv)
 
 
-def run(q, k, v, qkv, a, b, A_log, dt_bias, state, out, state_indices, state_out_indices,
-        invalid_index_count, layout, gate, l2norm, l2norm_eps, scale, head_map, num_k_heads,
-        stream=None, x=None, conv_state=None, conv_weight=None, conv_bias=None, z=None,
-        norm_weight=None, norm_eps=1e-6, programmatic_launch=False):
-    """Call the extension on tensors (no allocation; the checks are the extension's and the
-    library's). stream None: the current stream of the state's device."""
-    _gdnkit.decode_raw(
-        _desc(q, "q"), _desc(k, "k"), _desc(v, "v"), _desc(qkv, "qkv"),
-        _desc(a, "a"), _desc(b, "b"), _desc(A_log, "A_log"), _desc(dt_bias, "dt_bias"),
-        _desc(state, "state"), _desc(out, "out"), _desc(state_indices, "state_indices"),
-        _desc(state_out_indices, "state_out_indices"),
-        _desc(invalid_index_count, "invalid_index_count"),
-        int(layout), int(gate), int(l2norm), float(l2norm_eps), float(scale), int(head_map),
-        int(num_k_heads), _stream_of(state.device) if stream is None else stream,
-        _desc(x, "x"), _desc(conv_state, "conv_state"), _desc(conv_weight, "conv_weight"),
-        _desc(conv_bias, "conv_bias"), _desc(z, "z"), _desc(norm_weight, "norm_weight"),
-        float(norm_eps), bool(programmatic_launch),
-    )
-
-
 def _empty_out(ref, a, state, layout, out_dtype):
     return torch.empty(_out_shape(a, state, layout), dtype=out_dtype or ref.dtype, device=ref.device)
 
 
-# ---- definitions -------------------------------------------------------------------
+# ---- gdnkit::decode, decode_packed and decode_conv -----------------------------------
 
-_lib = torch.library.Library("gdnkit", "DEF")
+# Each op's input row, whose dtype and device the output takes.
+_REF = {DECODE: "q", DECODE_PACKED: "qkv", DECODE_CONV: "x"}
 
-_OPTIONS = ("int layout=1, int gate=0, int l2norm=0, float l2norm_eps=1e-06, float scale=0., "
-            "int head_map=0")
-
-# On every decode op: the gated RMSNorm epilogue (on when norm_weight is given) and
-# programmatic dependent launch (CUDA sm_90; see gdnkit.decode).
-_FUSED_OPTIONS = ("Tensor? z=None, Tensor? norm_weight=None, float norm_eps=1e-06, "
-                  "bool programmatic_launch=False")
-
-_lib.define(
-    "decode(Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor? A_log, Tensor? dt_bias, "
-    "Tensor(a!) state, Tensor? state_indices=None, Tensor? state_out_indices=None, "
-    "Tensor(b!)? invalid_index_count=None, " + _OPTIONS + ", ScalarType? out_dtype=None, "
-    + _FUSED_OPTIONS + ") -> Tensor")
-_lib.define(
-    "decode_packed(Tensor qkv, Tensor a, Tensor b, Tensor? A_log, Tensor? dt_bias, "
-    "Tensor(a!) state, Tensor? state_indices=None, Tensor? state_out_indices=None, "
-    "Tensor(b!)? invalid_index_count=None, " + _OPTIONS + ", int num_k_heads=0, "
-    "ScalarType? out_dtype=None, " + _FUSED_OPTIONS + ") -> Tensor")
-# The middle of a layer: conv1d update on the raw projected row x, the step, and
-# optionally the gated RMSNorm; both pools updated in place.
-_lib.define(
-    "decode_conv(Tensor x, Tensor a, Tensor b, Tensor? A_log, Tensor? dt_bias, "
-    "Tensor(a!) state, Tensor(c!) conv_state, Tensor conv_weight, Tensor? conv_bias=None, "
-    "Tensor? state_indices=None, Tensor? state_out_indices=None, "
-    "Tensor(b!)? invalid_index_count=None, " + _OPTIONS + ", int num_k_heads=0, "
-    "ScalarType? out_dtype=None, " + _FUSED_OPTIONS + ") -> Tensor")
-_lib.define(
-    "fused_deltanet_decode(Tensor qkv, Tensor alpha, Tensor beta_raw, Tensor A_log, "
-    "Tensor dt_bias, Tensor state) -> (Tensor, Tensor)")
-_lib.define(
-    "fused_deltanet_decode_(Tensor qkv, Tensor alpha, Tensor beta_raw, Tensor A_log, "
-    "Tensor dt_bias, Tensor(a!) state) -> Tensor")
-
-
-# ---- gdnkit::decode (separate q, k, v) and gdnkit::decode_packed ---------------------
-
-def _decode_impl(q, k, v, a, b, A_log, dt_bias, state, state_indices=None, state_out_indices=None,
-                 invalid_index_count=None, layout=VK, gate=RAW, l2norm=RSQRT, l2norm_eps=1e-6,
-                 scale=0.0, head_map=INTERLEAVED, out_dtype=None, z=None, norm_weight=None,
-                 norm_eps=1e-6, programmatic_launch=False):
-    """One decode step on q [B, Hk, Dk], k, v [B, Hv, Dv] (or [B, 1, H, D]); returns o
+_DOCS = {
+    DECODE: """One decode step on q [B, Hk, Dk], k, v [B, Hv, Dv] (or [B, 1, H, D]); returns o
     [B, Hv, Dv] and updates `state` in place. Integer switches: gdnkit.LAYOUTS, GATES,
     L2NORMS, HEAD_MAPS; scale 0 means Dk**-0.5. With norm_weight [Dv] and z [B, Hv, Dv]:
-    the gated RMSNorm of each v-head's output."""
-    out = _empty_out(q, a, state, layout, out_dtype)
-    run(q, k, v, None, a, b, A_log, dt_bias, state, out, state_indices, state_out_indices,
-        invalid_index_count, layout, gate, l2norm, l2norm_eps, scale, head_map, 0, z=z,
-        norm_weight=norm_weight, norm_eps=norm_eps, programmatic_launch=programmatic_launch)
-    return out
-
-
-def _decode_fake(q, k, v, a, b, A_log, dt_bias, state, state_indices=None, state_out_indices=None,
-                 invalid_index_count=None, layout=VK, gate=RAW, l2norm=RSQRT, l2norm_eps=1e-6,
-                 scale=0.0, head_map=INTERLEAVED, out_dtype=None, z=None, norm_weight=None,
-                 norm_eps=1e-6, programmatic_launch=False):
-    return _empty_out(q, a, state, layout, out_dtype)
-
-
-def _decode_packed_impl(qkv, a, b, A_log, dt_bias, state, state_indices=None,
-                        state_out_indices=None, invalid_index_count=None, layout=VK, gate=RAW,
-                        l2norm=RSQRT, l2norm_eps=1e-6, scale=0.0, head_map=INTERLEAVED,
-                        num_k_heads=0, out_dtype=None, z=None, norm_weight=None, norm_eps=1e-6,
-                        programmatic_launch=False):
-    """As gdnkit::decode, with the packed row qkv [B, 2*Hk*Dk + Hv*Dv] (or [B, 1, W])."""
-    out = _empty_out(qkv, a, state, layout, out_dtype)
-    run(None, None, None, qkv, a, b, A_log, dt_bias, state, out, state_indices, state_out_indices,
-        invalid_index_count, layout, gate, l2norm, l2norm_eps, scale, head_map, num_k_heads, z=z,
-        norm_weight=norm_weight, norm_eps=norm_eps, programmatic_launch=programmatic_launch)
-    return out
-
-
-def _decode_packed_fake(qkv, a, b, A_log, dt_bias, state, state_indices=None,
-                        state_out_indices=None, invalid_index_count=None, layout=VK, gate=RAW,
-                        l2norm=RSQRT, l2norm_eps=1e-6, scale=0.0, head_map=INTERLEAVED,
-                        num_k_heads=0, out_dtype=None, z=None, norm_weight=None, norm_eps=1e-6,
-                        programmatic_launch=False):
-    return _empty_out(qkv, a, state, layout, out_dtype)
-
-
-# ---- gdnkit::decode_conv: conv1d update + step (+ gated RMSNorm) -----------------------
-
-def _decode_conv_impl(x, a, b, A_log, dt_bias, state, conv_state, conv_weight, conv_bias=None,
-                      state_indices=None, state_out_indices=None, invalid_index_count=None,
-                      layout=VK, gate=RAW, l2norm=RSQRT, l2norm_eps=1e-6, scale=0.0,
-                      head_map=INTERLEAVED, num_k_heads=0, out_dtype=None, z=None,
-                      norm_weight=None, norm_eps=1e-6, programmatic_launch=False):
-    """The middle of a Qwen3-Next / Qwen3.5 layer in one call: x [B, conv_dim] is the raw
+    the gated RMSNorm of each v-head's output.""",
+    DECODE_PACKED: """As gdnkit::decode, with the packed row qkv [B, 2*Hk*Dk + Hv*Dv] (or [B, 1, W]).""",
+    DECODE_CONV: """The middle of a Qwen3-Next / Qwen3.5 layer in one call: x [B, conv_dim] is the raw
     projected row; q|k|v = silu(conv1d(conv_state window, x) + conv_bias); conv_state
     [S, conv_dim, W-1] (or [S, W-1, conv_dim], any strides gdnkit accepts) shifts in x;
     conv_weight [conv_dim, W] or [conv_dim, 1, W]. Then the step, then the gated RMSNorm
-    when norm_weight is given. Both pools are updated in place."""
-    out = _empty_out(x, a, state, layout, out_dtype)
-    run(None, None, None, None, a, b, A_log, dt_bias, state, out, state_indices,
-        state_out_indices, invalid_index_count, layout, gate, l2norm, l2norm_eps, scale, head_map,
-        num_k_heads, x=x, conv_state=conv_state, conv_weight=conv_weight, conv_bias=conv_bias,
-        z=z, norm_weight=norm_weight, norm_eps=norm_eps, programmatic_launch=programmatic_launch)
-    return out
+    when norm_weight is given. Both pools (state, conv_state) are updated in place.""",
+}
 
 
-def _decode_conv_fake(x, a, b, A_log, dt_bias, state, conv_state, conv_weight, conv_bias=None,
-                      state_indices=None, state_out_indices=None, invalid_index_count=None,
-                      layout=VK, gate=RAW, l2norm=RSQRT, l2norm_eps=1e-6, scale=0.0,
-                      head_map=INTERLEAVED, num_k_heads=0, out_dtype=None, z=None,
-                      norm_weight=None, norm_eps=1e-6, programmatic_launch=False):
-    return _empty_out(x, a, state, layout, out_dtype)
+def _impl_body(op):
+    ref = _REF[op]
+
+    def body(values):
+        out_dtype = values.pop("out_dtype")
+        out = _empty_out(values[ref], values["a"], values["state"], values["layout"], out_dtype)
+        values["out"] = out
+        run_values(values)
+        return out
+
+    return body
+
+
+def _fake_body(op):
+    ref = _REF[op]
+
+    def body(values):
+        return _empty_out(values[ref], values["a"], values["state"], values["layout"],
+                          values["out_dtype"])
+
+    return body
+
+
+_lib = torch.library.Library("gdnkit", "DEF")
+_IMPLS = {}
+for _op in OPS:
+    _args = signature(op_params(_op), op=True)
+    _lib.define(schema(_op))
+    _IMPLS[_op] = (make_function(f"_{_op}_impl", _args, _impl_body(_op), doc=_DOCS[_op],
+                                 module=__name__),
+                   make_function(f"_{_op}_fake", _args, _fake_body(_op), module=__name__))
 
 
 # ---- ExecuTorch: fused_deltanet_decode and its in-place variant --------------------
+
+_EXECUTORCH_ARGS = ("qkv", "alpha", "beta_raw", "A_log", "dt_bias", "state")
+
+
+def executorch_schema(name, in_place):
+    """The schema of ExecuTorch's fused_deltanet_decode (in_place: the variant that writes
+    `state` and returns only the output)."""
+    args = ", ".join(f"Tensor(a!) {a}" if in_place and a == "state" else f"Tensor {a}"
+                     for a in _EXECUTORCH_ARGS)
+    return f"{name}({args}) -> {'Tensor' if in_place else '(Tensor, Tensor)'}"
+
 
 def _executorch_inputs(qkv, alpha, beta_raw, A_log, dt_bias):
     # ExecuTorch's kernel loads every input .to(float32); the library reads a and b in
@@ -228,8 +126,8 @@ def _executorch_inputs(qkv, alpha, beta_raw, A_log, dt_bias):
 def _executorch_step(qkv, alpha, beta_raw, A_log, dt_bias, state):
     qkv, alpha, beta_raw, A_log, dt_bias = _executorch_inputs(qkv, alpha, beta_raw, A_log, dt_bias)
     out = torch.empty(_out_shape(alpha, state, KV), dtype=state.dtype, device=qkv.device)
-    run(None, None, None, qkv, alpha, beta_raw, A_log, dt_bias, state, out, None, None, None,
-        KV, RAW, MAX_NORM, 1e-6, 0.0, INTERLEAVED, 0)
+    run(qkv=qkv, a=alpha, b=beta_raw, A_log=A_log, dt_bias=dt_bias, state=state, out=out,
+        layout=KV, gate=RAW, l2norm=MAX_NORM, l2norm_eps=1e-6, head_map=INTERLEAVED)
     return out
 
 
@@ -259,13 +157,12 @@ def _fused_deltanet_decode__fake(qkv, alpha, beta_raw, A_log, dt_bias, state):
     return qkv.new_empty(_out_shape(alpha, state, KV), dtype=state.dtype)
 
 
-for _name, _impl, _fake in (
-    ("decode", _decode_impl, _decode_fake),
-    ("decode_packed", _decode_packed_impl, _decode_packed_fake),
-    ("decode_conv", _decode_conv_impl, _decode_conv_fake),
-    ("fused_deltanet_decode", _fused_deltanet_decode_impl, _fused_deltanet_decode_fake),
-    ("fused_deltanet_decode_", _fused_deltanet_decode__impl, _fused_deltanet_decode__fake),
-):
+_lib.define(executorch_schema("fused_deltanet_decode", in_place=False))
+_lib.define(executorch_schema("fused_deltanet_decode_", in_place=True))
+_IMPLS["fused_deltanet_decode"] = (_fused_deltanet_decode_impl, _fused_deltanet_decode_fake)
+_IMPLS["fused_deltanet_decode_"] = (_fused_deltanet_decode__impl, _fused_deltanet_decode__fake)
+
+for _name, (_impl, _fake) in _IMPLS.items():
     _lib.impl(_name, _impl, "CompositeExplicitAutograd")
     torch.library.register_fake("gdnkit::" + _name, _fake, lib=_lib)
 
@@ -274,3 +171,48 @@ decode_packed = torch.ops.gdnkit.decode_packed
 decode_conv = torch.ops.gdnkit.decode_conv
 fused_deltanet_decode = torch.ops.gdnkit.fused_deltanet_decode
 fused_deltanet_decode_ = torch.ops.gdnkit.fused_deltanet_decode_
+
+
+# ---- the keyword front end ------------------------------------------------------------
+
+_OP_ARGS = {op: tuple(p.name for p in op_params(op)) for op in OPS}
+_CALL = {op: getattr(torch.ops.gdnkit, op) for op in OPS}
+_CONV_ONLY = ("conv_state", "conv_weight", "conv_bias")
+
+
+def _which_op(values):
+    """The op for the inputs given: decode_conv (x), decode_packed (qkv) or decode (q, k, v)."""
+    has_qkv = values["q"] is not None or values["k"] is not None or values["v"] is not None
+    if values["x"] is not None:
+        if values["qkv"] is not None or has_qkv:
+            raise ValueError("x: give either x (the conv prologue's input) or q, k, v / qkv, not both")
+        if values["conv_state"] is None or values["conv_weight"] is None:
+            raise ValueError("conv_state, conv_weight: required with x (the conv prologue)")
+        return DECODE_CONV
+    for name in _CONV_ONLY:
+        if values[name] is not None:
+            raise ValueError(f"{name}: given without x (the conv prologue's input)")
+    if values["qkv"] is not None:
+        if has_qkv:
+            raise ValueError("qkv: give either one packed qkv row or q, k and v, not both")
+        return DECODE_PACKED
+    if values["q"] is None or values["k"] is None or values["v"] is None:
+        raise ValueError("q, k, v: all three are required (or one packed qkv row)")
+    return DECODE
+
+
+def _decode_kw(values):
+    values = normalized(values)
+    op = _which_op(values)
+    return _CALL[op](*[values[name] for name in _OP_ARGS[op]])
+
+
+decode_kw = make_function("decode", signature(TORCH_PARAMS), _decode_kw, module="gdnkit.torch",
+                          doc="""gdnkit.decode for tensors, through torch.ops.gdnkit.decode / decode_packed /
+    decode_conv (with x: the conv1d prologue).
+
+    Same arguments and conventions as gdnkit.decode (string switches, or their numbers)
+    but for out and stream: the output is allocated (dtype out_dtype, default the inputs')
+    and the op runs on the current stream. Returns the output [B, Hv, Dv] and updates
+    `state` (and `conv_state`) in place. Traceable by torch.compile and torch.export,
+    capturable in CUDA graphs.""")

@@ -20,7 +20,7 @@ writes `state` and returns only the output, which removes the model's
 """
 import torch
 
-from . import _ops  # noqa: F401  (registers torch.ops.gdnkit.*)
+from . import _ops  # registers torch.ops.gdnkit.*
 
 
 def fused_deltanet_decode(qkv, alpha, beta_raw, A_log, dt_bias, state):
@@ -43,9 +43,7 @@ def register_triton_alias():
     except (AttributeError, RuntimeError):
         pass
     lib = torch.library.Library("triton", "FRAGMENT")
-    lib.define(
-        "fused_deltanet_decode(Tensor qkv, Tensor alpha, Tensor beta_raw, Tensor A_log, "
-        "Tensor dt_bias, Tensor state) -> (Tensor, Tensor)")
+    lib.define(_ops.executorch_schema("fused_deltanet_decode", in_place=False))
     lib.impl("fused_deltanet_decode", _ops._fused_deltanet_decode_impl, "CompositeExplicitAutograd")
     torch.library.register_fake("triton::fused_deltanet_decode", _ops._fused_deltanet_decode_fake,
                                 lib=lib)

@@ -90,9 +90,10 @@ def fused_recurrent_gated_delta_rule(
     l2norm = _ops.RSQRT if use_qk_l2norm_in_kernel else _ops.NO_NORM
 
     def step(state, qt, kt, vt, gt, bt, idx, out_idx):
-        return torch.ops.gdnkit.decode(
-            qt, kt, vt, gt, bt, None, None, state, idx, out_idx, None,
-            _ops.KV, _ops.PRECOMPUTED, l2norm, 1e-6, float(scale), _ops.INTERLEAVED, v.dtype)
+        return _ops.decode_kw(
+            q=qt, k=kt, v=vt, a=gt, b=bt, state=state, state_indices=idx,
+            state_out_indices=out_idx, layout=_ops.KV, gate=_ops.PRECOMPUTED, l2norm=l2norm,
+            scale=float(scale), out_dtype=v.dtype)
 
     if steps == 1 and not output_final_state and initial_state is not None:
         # Read the caller's state, write nothing: negative write slots.

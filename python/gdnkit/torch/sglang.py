@@ -99,9 +99,10 @@ def fused_sigmoid_gating_delta_rule_update(
             if idx is None:
                 idx = torch.arange(N, dtype=torch.int32, device=q.device)
             out_idx = torch.full_like(idx, -1)
-    o = torch.ops.gdnkit.decode(
-        q, k, v, a, b, A_log, dt_bias, state, idx, out_idx, None,
-        layout, _ops.RAW, l2norm, 1e-6, float(scale), _ops.INTERLEAVED, q.dtype)
+    o = _ops.decode_kw(
+        q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state, state_indices=idx,
+        state_out_indices=out_idx, layout=layout, gate=_ops.RAW, l2norm=l2norm,
+        scale=float(scale), out_dtype=q.dtype)
     return o.reshape(v.shape)
 
 

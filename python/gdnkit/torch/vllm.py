@@ -85,9 +85,9 @@ def _slots(ssm_state_indices, num_accepted_tokens, null_block_id, who):
     return read, write
 
 
-def _decode(who, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_state, inplace_final_state,
-            cu_seqlens, ssm_state_indices, num_accepted_tokens, use_qk_l2norm_in_kernel,
-            state_layout, null_block_id):
+def _decode(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_state,
+            inplace_final_state, cu_seqlens, ssm_state_indices, num_accepted_tokens,
+            use_qk_l2norm_in_kernel, state_layout, null_block_id):
     N = _one_token_per_sequence(q, k, cu_seqlens, who)
     K = k.shape[-1]
     HV, V = v.shape[-2], v.shape[-1]
@@ -100,9 +100,10 @@ def _decode(who, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_state, inpl
     read_idx, write_idx = _slots(ssm_state_indices, num_accepted_tokens, null_block_id, who)
 
     def step(state, idx, out_idx):
-        o = torch.ops.gdnkit.decode(
-            q, k, v, a, b, A_log, dt_bias, state, idx, out_idx, None,
-            layout, gate, l2norm, 1e-6, float(scale), _ops.INTERLEAVED, q.dtype)
+        o = _ops.decode_kw(
+            q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state,
+            state_indices=idx, state_out_indices=out_idx, layout=layout, gate=gate,
+            l2norm=l2norm, scale=float(scale), out_dtype=q.dtype)
         return o.reshape(v.shape)
 
     if inplace_final_state:
@@ -151,9 +152,12 @@ def fused_sigmoid_gating_delta_rule_update(
     if is_kda:
         raise NotImplementedError(f"{_WHO}: is_kda=True (per-channel KDA gates) is not supported by gdnkit")
     A_log, a, b, dt_bias = raw_gate_inputs(A_log, a, b, dt_bias, beta, threshold, _WHO)
-    return _decode(_WHO, q, k, v, a, b, A_log, dt_bias, _ops.RAW, scale, initial_state,
-                   inplace_final_state, cu_seqlens, ssm_state_indices, num_accepted_tokens,
-                   use_qk_l2norm_in_kernel, state_layout, null_block_id)
+    return _decode(_WHO, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, gate=_ops.RAW,
+                   scale=scale, initial_state=initial_state,
+                   inplace_final_state=inplace_final_state, cu_seqlens=cu_seqlens,
+                   ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
+                   use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_layout=state_layout,
+                   null_block_id=null_block_id)
 
 
 def fused_recurrent_gated_delta_rule(
@@ -188,9 +192,12 @@ def fused_recurrent_gated_delta_rule(
         g = g.contiguous()
     if beta.stride(-1) != 1:
         beta = beta.contiguous()
-    return _decode(_WHO_RECURRENT, q, k, v, g, beta, None, None, _ops.PRECOMPUTED, scale,
-                   initial_state, inplace_final_state, cu_seqlens, ssm_state_indices,
-                   num_accepted_tokens, use_qk_l2norm_in_kernel, state_layout, null_block_id)
+    return _decode(_WHO_RECURRENT, q=q, k=k, v=v, a=g, b=beta, A_log=None, dt_bias=None,
+                   gate=_ops.PRECOMPUTED, scale=scale, initial_state=initial_state,
+                   inplace_final_state=inplace_final_state, cu_seqlens=cu_seqlens,
+                   ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
+                   use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_layout=state_layout,
+                   null_block_id=null_block_id)
 
 
 __all__ = ["fused_sigmoid_gating_delta_rule_update", "fused_recurrent_gated_delta_rule"]

@@ -1,0 +1,355 @@
+"""The drop-in wrappers (ExecuTorch, vLLM, SGLang, FLA) of gdnkit.torch, against plain
+PyTorch references (torch_cases.py and the callers' own formulas here).
+
+Runs on CPU tensors wherever torch imports, and on CUDA tensors too when a GPU is
+present (CUDA graph capture and replay, torch.export). Skips cleanly without torch.
+"""
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+import gdnkit.torch as gt  # noqa: E402
+from gdnkit.torch import executorch, fla, sglang, vllm  # noqa: E402
+from torch_cases import (DEVICES, TOL_OUT, TOL_STATE, assert_close, assert_same,  # noqa: E402
+                         cuda_only, reference)
+
+
+# ---- ExecuTorch -------------------------------------------------------------------------
+
+def executorch_reference(qkv, alpha, beta_raw, A_log, dt_bias, state, Hk, Hv, K, V):
+    """ExecuTorch's model T=1 path: split, F.normalize, repeat_interleave, gates, recurrence."""
+    B = qkv.shape[0]
+    kd = Hk * K
+    q = F.normalize(qkv[:, :kd].reshape(B, Hk, K).double(), p=2, dim=-1, eps=1e-6)
+    k = F.normalize(qkv[:, kd:2 * kd].reshape(B, Hk, K).double(), p=2, dim=-1, eps=1e-6)
+    v = qkv[:, 2 * kd:].reshape(B, Hv, V).double()
+    q, k = q.repeat_interleave(Hv // Hk, 1), k.repeat_interleave(Hv // Hk, 1)
+    g = -torch.exp(A_log.double()) * F.softplus(alpha.double() + dt_bias.double())
+    beta = torch.sigmoid(beta_raw.double())
+    S = state.double() * torch.exp(g)[..., None, None]
+    delta = beta[..., None] * (v - torch.einsum("bhkv,bhk->bhv", S, k))
+    S = S + torch.einsum("bhk,bhv->bhkv", k, delta)
+    return torch.einsum("bhkv,bhk->bhv", S, q) * K**-0.5, S
+
+
+def executorch_inputs(device, B, Hk, Hv, K, V, state_dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    qkv = (torch.randn(B, 2 * Hk * K + Hv * V, generator=gen) * 0.1).to(torch.bfloat16)
+    alpha = torch.randn(B, Hv, generator=gen)
+    beta_raw = torch.randn(B, Hv, generator=gen)
+    A_log = torch.log(torch.empty(Hv).uniform_(0.5, 8, generator=gen))
+    dt_bias = torch.ones(Hv)
+    state = (torch.randn(B, Hv, K, V, generator=gen) * 0.1).to(state_dtype)
+    return [x.to(device) for x in (qkv, alpha, beta_raw, A_log, dt_bias, state)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_executorch_fused_deltanet_decode(device, state_dtype):
+    Hk, Hv, K, V = 4, 8, 128, 128
+    qkv, alpha, beta_raw, A_log, dt_bias, state = executorch_inputs(device, 3, Hk, Hv, K, V, state_dtype, 1)
+    o_ref, s_ref = executorch_reference(qkv, alpha, beta_raw, A_log, dt_bias, state, Hk, Hv, K, V)
+    before = state.clone()
+    out, new_state = executorch.fused_deltanet_decode(qkv, alpha, beta_raw, A_log, dt_bias, state)
+    assert torch.equal(state, before), "input state was mutated"
+    assert out.shape == (3, Hv, V) and out.dtype == state_dtype and new_state.dtype == state_dtype
+    assert_close(out, o_ref, TOL_OUT[state_dtype], "output")
+    assert_close(new_state, s_ref, TOL_STATE[state_dtype], "new_state")
+    # The in-place variant: the same numbers, written into `state`.
+    out2 = executorch.fused_deltanet_decode_(qkv, alpha, beta_raw, A_log, dt_bias, state)
+    assert_same(out2, out)
+    assert_same(state, new_state)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_executorch_triton_alias(device):
+    gt.register_triton_alias()
+    args = executorch_inputs(device, 1, 2, 4, 128, 128, torch.bfloat16, 2)
+    out, new_state = torch.ops.triton.fused_deltanet_decode(*args)
+    ref_out, ref_state = executorch.fused_deltanet_decode(*args)
+    assert_same(out, ref_out)
+    assert_same(new_state, ref_state)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_export_executorch_op(device):
+    class M(torch.nn.Module):
+        def forward(self, qkv, alpha, beta_raw, A_log, dt_bias, state):
+            return executorch.fused_deltanet_decode(qkv, alpha, beta_raw, A_log, dt_bias, state)
+
+    args = executorch_inputs(device, 2, 2, 4, 64, 64, torch.float32, 3)
+    ep = torch.export.export(M(), tuple(args))
+    out, new_state = ep.module()(*args)
+    ref_out, ref_state = executorch.fused_deltanet_decode(*args)
+    assert_same(out, ref_out)
+    assert_same(new_state, ref_state)
+
+
+# ---- vLLM ---------------------------------------------------------------------------------
+
+def vllm_inputs(device, N, H, HV, K, V, slots, seed, dtype=torch.bfloat16, state_dtype=torch.float32):
+    gen = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    t = dict(
+        A_log=torch.log(torch.empty(HV).uniform_(1, 16, generator=gen)),
+        a=r(N, HV).to(dtype), b=r(N, HV).to(dtype), dt_bias=r(HV) * 0.1,
+        q=r(N, 1, H, K).to(dtype), k=r(N, 1, H, K).to(dtype), v=r(N, 1, HV, V).to(dtype),
+        state=(0.5 * r(slots, HV, V, K)).to(state_dtype),
+    )
+    return {n: x.to(device) for n, x in t.items()}
+
+
+def vllm_reference(t, idx, *, l2, beta=1.0, threshold=20.0, read_idx=None):
+    N = t["q"].shape[0] * t["q"].shape[1]
+    H, K = t["q"].shape[-2:]
+    HV, V = t["v"].shape[-2:]
+    read = idx if read_idx is None else read_idx
+    return reference(t["q"].reshape(N, H, K), t["k"].reshape(N, H, K), t["v"].reshape(N, HV, V),
+                     t["a"].reshape(N, HV), t["b"].reshape(N, HV), t["A_log"], t["dt_bias"],
+                     t["state"].transpose(-1, -2), read, idx if read_idx is not None else None,
+                     l2="rsqrt" if l2 else "none", softplus_beta=beta, softplus_threshold=threshold)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("l2", [True, False])
+def test_vllm_inplace_pool(device, l2):
+    t = vllm_inputs(device, N=4, H=2, HV=4, K=128, V=128, slots=9, seed=3)
+    idx = torch.tensor([6, -1, 2, 8], dtype=torch.int32, device=device)
+    o_ref, s_ref = vllm_reference(t, idx, l2=l2)
+    state = t["state"].clone()
+    o, final = vllm.fused_sigmoid_gating_delta_rule_update(
+        A_log=t["A_log"], a=t["a"], b=t["b"], dt_bias=t["dt_bias"], q=t["q"], k=t["k"], v=t["v"],
+        initial_state=state, inplace_final_state=True, ssm_state_indices=idx,
+        use_qk_l2norm_in_kernel=l2)
+    assert final is state and o.shape == t["v"].shape and o.dtype == t["q"].dtype
+    valid = idx.cpu() >= 0
+    assert_close(o.reshape(4, 4, 128)[valid], o_ref[valid], TOL_OUT[torch.bfloat16], "output")
+    assert_close(state.transpose(-1, -2), s_ref, TOL_STATE[torch.float32], "pool")
+    for slot in (0, 1, 3, 4, 5, 7):
+        assert torch.equal(state[slot], t["state"][slot])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vllm_varlen_softplus_beta_out_of_place(device):
+    """[1, N, ...] with cu_seqlens, softplus beta 2, inplace_final_state=False."""
+    N = 3
+    t = vllm_inputs(device, N=N, H=1, HV=2, K=64, V=64, slots=5, seed=4)
+    t1 = dict(t, q=t["q"].transpose(0, 1), k=t["k"].transpose(0, 1), v=t["v"].transpose(0, 1))
+    idx = torch.tensor([4, 0, -1], dtype=torch.int64, device=device)
+    cu = torch.arange(N + 1, dtype=torch.int32, device=device)
+    o_ref, s_ref = vllm_reference(t, idx, l2=True, beta=2.0, threshold=20.0)
+    state = t["state"].clone()
+    o, final = vllm.fused_sigmoid_gating_delta_rule_update(
+        t["A_log"], t["a"], t["b"], t["dt_bias"], t1["q"], t1["k"], t1["v"], beta=2.0,
+        threshold=20.0, initial_state=state, inplace_final_state=False, cu_seqlens=cu,
+        ssm_state_indices=idx, use_qk_l2norm_in_kernel=True)
+    assert torch.equal(state, t["state"]), "out of place must not touch the pool"
+    assert o.shape == (1, N, 2, 64) and final.shape == (N, 2, 64, 64)
+    valid = idx.cpu() >= 0
+    assert_close(o.reshape(N, 2, 64)[valid], o_ref[valid], TOL_OUT[torch.bfloat16], "output")
+    for r in range(N):
+        if valid[r]:
+            assert_close(final[r].transpose(-1, -2), s_ref[idx[r]], 1e-5, f"final_state[{r}]")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vllm_spec_decode_indices(device):
+    """2-D ssm_state_indices with num_accepted_tokens: read column acc-1, write column 0."""
+    t = vllm_inputs(device, N=2, H=1, HV=2, K=64, V=64, slots=8, seed=8)
+    table = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32, device=device)
+    acc = torch.tensor([2, 3], dtype=torch.int32, device=device)
+    read = torch.tensor([1, 5], dtype=torch.int32, device=device)
+    write = table[:, 0].contiguous()
+    o_ref, s_ref = vllm_reference(t, write, l2=True, read_idx=read)
+    state = t["state"].clone()
+    o, _ = vllm.fused_sigmoid_gating_delta_rule_update(
+        t["A_log"], t["a"], t["b"], t["dt_bias"], t["q"], t["k"], t["v"], initial_state=state,
+        ssm_state_indices=table, num_accepted_tokens=acc, use_qk_l2norm_in_kernel=True)
+    assert_close(o.reshape(2, 2, 64), o_ref, TOL_OUT[torch.bfloat16], "output")
+    assert_close(state.transpose(-1, -2), s_ref, 1e-5, "pool")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vllm_fused_recurrent(device):
+    """vLLM's fused_recurrent_gated_delta_rule: precomputed g and beta over the pool."""
+    t = vllm_inputs(device, N=3, H=2, HV=4, K=64, V=128, slots=5, seed=12)
+    gen = torch.Generator().manual_seed(13)
+    g = F.logsigmoid(torch.randn(3, 4, generator=gen)).to(device)
+    beta = torch.rand(3, 4, generator=gen).to(device)
+    idx = torch.tensor([4, -1, 1], dtype=torch.int32, device=device)
+    N, H, K, HV, V = 3, 2, 64, 4, 128
+    o_ref, s_ref = reference(t["q"].reshape(N, H, K), t["k"].reshape(N, H, K),
+                             t["v"].reshape(N, HV, V), g, beta, None, None,
+                             t["state"].transpose(-1, -2), idx, gate="precomputed", l2="rsqrt")
+    state = t["state"].clone()
+    o, final = vllm.fused_recurrent_gated_delta_rule(
+        t["q"], t["k"], t["v"], g, beta, initial_state=state, inplace_final_state=True,
+        ssm_state_indices=idx, use_qk_l2norm_in_kernel=True)
+    assert final is state and o.shape == t["v"].shape
+    valid = idx.cpu() >= 0
+    assert_close(o.reshape(N, HV, V)[valid], o_ref[valid], TOL_OUT[torch.bfloat16], "output")
+    assert_close(state.transpose(-1, -2), s_ref, 1e-5, "pool")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vllm_null_block_and_kv_pool(device):
+    """Releases that pad with slot 0 (null_block_id=0) and keep [slots, HV, K, V] pools."""
+    t = vllm_inputs(device, N=3, H=1, HV=2, K=64, V=64, slots=4, seed=14)
+    t["state"] = t["state"].transpose(-1, -2).contiguous()  # [slots, HV, K, V]
+    idx = torch.tensor([3, 0, 2], dtype=torch.int32, device=device)
+    N = 3
+    o_ref, s_ref = reference(t["q"].reshape(N, 1, 64), t["k"].reshape(N, 1, 64),
+                             t["v"].reshape(N, 2, 64), t["a"], t["b"], t["A_log"], t["dt_bias"],
+                             t["state"], torch.tensor([3, -1, 2]), l2="rsqrt")
+    state = t["state"].clone()
+    o, _ = vllm.fused_sigmoid_gating_delta_rule_update(
+        t["A_log"], t["a"], t["b"], t["dt_bias"], t["q"], t["k"], t["v"], initial_state=state,
+        ssm_state_indices=idx, use_qk_l2norm_in_kernel=True, state_layout="kv", null_block_id=0)
+    assert_close(o.reshape(N, 2, 64), o_ref, TOL_OUT[torch.bfloat16], "output")
+    assert not o[1].any()
+    assert_close(state, s_ref, 1e-5, "pool")
+    assert torch.equal(state[0], t["state"][0]) and torch.equal(state[1], t["state"][1])
+
+
+def test_vllm_unsupported():
+    t = vllm_inputs("cpu", N=2, H=1, HV=2, K=64, V=64, slots=2, seed=1)
+    args = (t["A_log"], t["a"], t["b"], t["dt_bias"], t["q"], t["k"], t["v"])
+    with pytest.raises(NotImplementedError, match="is_kda"):
+        vllm.fused_sigmoid_gating_delta_rule_update(*args, initial_state=t["state"], is_kda=True)
+    with pytest.raises(NotImplementedError, match="threshold"):
+        vllm.fused_sigmoid_gating_delta_rule_update(*args, threshold=5.0, initial_state=t["state"])
+    q2 = t["q"].reshape(1, 2, 1, 64).expand(2, 2, 1, 64)
+    with pytest.raises(NotImplementedError, match="one token per sequence"):
+        vllm.fused_sigmoid_gating_delta_rule_update(t["A_log"], t["a"], t["b"], t["dt_bias"], q2, q2,
+                                                   t["v"].reshape(1, 2, 2, 64).expand(2, 2, 2, 64),
+                                                   initial_state=t["state"])
+
+
+# ---- SGLang -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("disable_state_update", [False, True])
+def test_sglang(device, disable_state_update):
+    N = 3
+    t = vllm_inputs(device, N=N, H=2, HV=4, K=64, V=64, slots=6, seed=11)
+    q, k, v = (t[n].transpose(0, 1) for n in ("q", "k", "v"))  # [1, N, H, D]
+    idx = torch.tensor([5, 2, -1], dtype=torch.int32, device=device)
+    o_ref, s_ref = vllm_reference(t, idx, l2=True)
+    state = t["state"].clone()
+    o = sglang.fused_sigmoid_gating_delta_rule_update(
+        A_log=t["A_log"], a=t["a"], dt_bias=t["dt_bias"], softplus_beta=1.0, softplus_threshold=20.0,
+        q=q, k=k, v=v, b=t["b"], initial_state_source=state, initial_state_indices=idx,
+        use_qk_l2norm_in_kernel=True, cu_seqlens=torch.arange(N + 1, device=device),
+        disable_state_update=disable_state_update)
+    assert o.shape == v.shape
+    valid = idx.cpu() >= 0
+    assert_close(o.reshape(N, 4, 64)[valid], o_ref[valid], TOL_OUT[torch.bfloat16], "output")
+    if disable_state_update:
+        assert torch.equal(state, t["state"])
+    else:
+        assert_close(state.transpose(-1, -2), s_ref, 1e-5, "pool")
+    with pytest.raises(NotImplementedError, match="lower_bound"):
+        sglang.fused_sigmoid_gating_delta_rule_update(
+            t["A_log"], t["a"], t["dt_bias"], 1.0, 20.0, q, k, v, t["b"], state, idx, lower_bound=-5.0)
+
+
+# ---- FLA --------------------------------------------------------------------------------
+
+def fla_inputs(device, B, T, H, HV, K, V, seed, dtype=torch.bfloat16):
+    gen = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    t = dict(q=r(B, T, H, K).to(dtype), k=r(B, T, H, K).to(dtype), v=r(B, T, HV, V).to(dtype),
+             g=F.logsigmoid(torch.rand(B, T, HV, generator=gen)).to(dtype),
+             beta=torch.rand(B, T, HV, generator=gen).sigmoid().to(dtype),
+             h0=0.5 * r(B, HV, K, V))
+    return {n: x.to(device) for n, x in t.items()}
+
+
+def fla_reference(t, l2):
+    """Token by token (FLA's recurrence), float64."""
+    B, T, H, K = t["q"].shape
+    S = t["h0"].double()
+    outs = []
+    for s in range(T):
+        o, S = reference(t["q"][:, s], t["k"][:, s], t["v"][:, s], t["g"][:, s], t["beta"][:, s],
+                         None, None, S, gate="precomputed", l2="rsqrt" if l2 else "none")
+        outs.append(o)
+    return torch.stack(outs, 1), S
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("T", [1, 3])
+@pytest.mark.parametrize("output_final_state", [True, False])
+def test_fla(device, T, output_final_state):
+    t = fla_inputs(device, B=2, T=T, H=2, HV=4, K=64, V=128, seed=T)
+    o_ref, s_ref = fla_reference(t, l2=True)
+    h0 = t["h0"].clone()
+    o, final = fla.fused_recurrent_gated_delta_rule(
+        t["q"], t["k"], t["v"], g=t["g"], beta=t["beta"], initial_state=h0,
+        output_final_state=output_final_state, use_qk_l2norm_in_kernel=True)
+    assert torch.equal(h0, t["h0"]), "initial_state must not be modified"
+    assert o.shape == t["v"].shape and o.dtype == t["v"].dtype
+    assert_close(o, o_ref, TOL_OUT[torch.bfloat16], "output")
+    if output_final_state:
+        assert final.dtype == torch.float32 and final.shape == t["h0"].shape
+        assert_close(final, s_ref, 1e-5, "final_state")
+    else:
+        assert final is None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fla_varlen_no_initial_state(device):
+    N = 3
+    t = fla_inputs(device, B=N, T=1, H=1, HV=2, K=64, V=64, seed=21)
+    t["h0"] = torch.zeros_like(t["h0"])
+    o_ref, s_ref = fla_reference(t, l2=False)
+    flat = {n: t[n].transpose(0, 1) for n in ("q", "k", "v", "g", "beta")}  # [1, N, ...]
+    o, final = fla.fused_recurrent_gated_delta_rule(
+        flat["q"], flat["k"], flat["v"], g=flat["g"], beta=flat["beta"], output_final_state=True,
+        cu_seqlens=torch.arange(N + 1, device=device))
+    assert_close(o.transpose(0, 1), o_ref, TOL_OUT[torch.bfloat16], "output")
+    assert_close(final, s_ref, 1e-5, "final_state")
+    with pytest.raises(NotImplementedError, match="gk"):
+        fla.fused_recurrent_gated_delta_rule(t["q"], t["k"], t["v"], gk=t["q"])
+
+
+# ---- CUDA graphs ------------------------------------------------------------------------
+
+@cuda_only
+def test_cuda_graph_drop_in_wrappers():
+    """The ExecuTorch (both variants), vLLM and FLA wrappers inside one captured graph."""
+    args = executorch_inputs("cuda", 1, 2, 4, 128, 128, torch.bfloat16, 7)
+    vt = vllm_inputs("cuda", N=2, H=2, HV=4, K=128, V=128, slots=4, seed=7)
+    idx = torch.tensor([3, -1], dtype=torch.int32, device="cuda")
+    ft = fla_inputs("cuda", B=2, T=1, H=2, HV=4, K=128, V=128, seed=7)
+
+    def step(et_state, pool):
+        out_a, new_state = executorch.fused_deltanet_decode(*args[:5], et_state)
+        out_b = executorch.fused_deltanet_decode_(*args[:5], et_state)
+        o_v, _ = vllm.fused_sigmoid_gating_delta_rule_update(
+            vt["A_log"], vt["a"], vt["b"], vt["dt_bias"], vt["q"], vt["k"], vt["v"],
+            initial_state=pool, ssm_state_indices=idx, use_qk_l2norm_in_kernel=True)
+        o_f, final = fla.fused_recurrent_gated_delta_rule(
+            ft["q"], ft["k"], ft["v"], g=ft["g"], beta=ft["beta"], initial_state=ft["h0"],
+            output_final_state=True, use_qk_l2norm_in_kernel=True)
+        return out_a, new_state, out_b, o_v, o_f, final
+
+    eager_et, eager_pool = args[5].clone(), vt["state"].clone()
+    graph_et, graph_pool = args[5].clone(), vt["state"].clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step(args[5].clone(), vt["state"].clone())
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        graph_out = step(graph_et, graph_pool)
+    for _ in range(2):
+        g.replay()
+        eager_out = step(eager_et, eager_pool)
+        torch.cuda.synchronize()
+        for x, y in zip(graph_out, eager_out):
+            assert_same(x, y)
+        assert_same(graph_et, eager_et)
+        assert_same(graph_pool, eager_pool)
