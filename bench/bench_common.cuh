@@ -85,7 +85,7 @@ struct Set {
 // The copy floor of a bed (µs a call). `us` is the floor the ratios use: the
 // fastest copy whose every byte is cold, as the state is in a call (rotating
 // destination, or in place). `warm_dst_us` is the copy into one destination
-// reused by every call, the floor of rounds 1-5 (until 2026-11-30): that
+// reused by every call, the floor used until 2026-11-30: that
 // destination stays in L2 across calls (the whole of it up to B = 8 fp32),
 // so its writes mostly never reach DRAM in the timed window, which a state
 // written in place cannot avoid.
@@ -244,7 +244,7 @@ struct Bed {
   // The floor: the fastest of cudaMemcpyAsync and a streaming copy kernel
   // into each set's own destination, and the kernel copying the state onto
   // itself (the in-place step's traffic exactly), moving the same state
-  // bytes, timed the same way; and, for comparison with earlier rounds, the
+  // bytes, timed the same way; and, for comparison with earlier results, the
   // faster of the two copies into one shared destination.
   // The floor's copy kernel grid: 256-thread blocks, one vector a thread up
   // to 8 blocks an SM, then grid-stride.

@@ -6,8 +6,8 @@
 //   decode where 30+ layers and the weights pass in between;
 // - the copy floor (the same state bytes copied device to device, every byte
 //   cold: see CopyFloor) is timed the same way in the same run, and the ratio
-//   kernel / copy reported, with the earlier rounds' warm-destination copy
-//   beside it;
+//   kernel / copy reported, with the warm-destination copy (the floor used
+//   until 2026-11-30) beside it;
 // - median of >= 10 graph replays.
 //
 // Also the unfused baseline (the pre-fusion sequence of simple kernels, see
@@ -99,7 +99,7 @@ void BM_Unfused(benchmark::State& st, Shape shape) {
 void register_all() {
   const gdn::DType states[] = {gdn::DType::kF32, gdn::DType::kBF16};
   const gdn::Layout layouts[] = {gdn::Layout::kKV, gdn::Layout::kVK};
-  // The SPEC sweep at the Qwen3.5-35B-A3B shape.
+  // The headline sweep at the Qwen3.5-35B-A3B shape (bench/RESULTS.md).
   for (gdn::DType t : states)
     for (gdn::Layout l : layouts)
       for (int64_t B : {1, 8, 32, 128, 512}) {
@@ -126,8 +126,9 @@ void register_all() {
               ->UseManualTime()->Iterations(1)->Unit(benchmark::kMicrosecond);
         }
     }
-  // Head dims 64 and 256 (SPEC §1: they must work; 128 is the tuned case),
-  // so a model with other heads sees what it gets, not an untuned surprise.
+  // Head dims 64 and 256 (docs/operation.md, Sizes and tensors: they must
+  // work; 128 is the tuned case), so a model with other heads sees what it
+  // gets, not an untuned surprise.
   for (gdn::DType t : states)
     for (gdn::Layout l : layouts)
       for (int d : {64, 256})

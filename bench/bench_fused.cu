@@ -1,4 +1,4 @@
-// GPU benchmark of the fused middle of a GDN layer (issue 5): conv1d update
+// GPU benchmark of the fused middle of a GDN layer: conv1d update
 // + decode step + gated RMSNorm in one launch, against
 //   - the step alone (the same call without the prologue and epilogue), and
 //   - the same three stages as separate kernels: our conv kernel, our step,
@@ -216,7 +216,7 @@ void BM_Middle(benchmark::State& st, Shape shape) {
 // keeps its SMs' carveout at (or near) all shared memory (100); a kernel
 // that uses none, as the stand-in does, gets the driver's default (-1), a
 // small one that cannot hold our blocks until its SMs drain (the PDL rows
-// of bench/RESULTS.md, round 17).
+// of bench/RESULTS.md; docs/decisions.md#pdl).
 void BM_Pdl(benchmark::State& st, Shape shape, bool middle, int up_carveout) {
   FusedBed fb(shape);
   int sms = 0;
@@ -257,7 +257,7 @@ void BM_Pdl(benchmark::State& st, Shape shape, bool middle, int up_carveout) {
 // into the set's own destination, the step alone, and the upstream
 // stand-in (default carveout) followed by the step without and with PDL,
 // those again after each other and after the stand-in alone (a row that
-// moved with what ran before it would show; RESULTS round 23).
+// moved with what ran before it would show; bench/RESULTS.md).
 void graph_length(const Shape& shape) {
   FusedBed fb(shape);
   int sms = 0;

@@ -2,6 +2,7 @@
 # Nsight Compute on one decode call per configuration (cold caches, clocks
 # left alone), for the stall reasons behind bench/RESULTS.md's ratios.
 # Usage: bench/profile_cuda.sh [BUILD_DIR]  (prints one block per configuration)
+# The full reports go to the folder $OUT names (default /tmp/gdn-prof).
 set -u
 build=${1:-build-gpu}
 out=${OUT:-/tmp/gdn-prof}

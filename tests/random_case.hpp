@@ -1,7 +1,7 @@
 // gdnkit tests — random decode cases: generate, store, run on a backend, check.
 //
 // A CaseSpec names every option of the API. make_case() draws the inputs from
-// realistic ranges with the spec's seed, stores them in their dtypes and
+// realistic ranges with the CaseSpec's seed, stores them in their dtypes and
 // strided layouts (gaps filled with NaN so a stray read shows), and widens
 // the stored values back into the logical arrays the reference sees.
 // DeviceCase copies a case to a backend and fills DecodeParams;
@@ -127,7 +127,7 @@ struct DeviceCase {
 
   gdn::Backend backend;
   DeviceBuffer q, k, v, mixed, a, b, A_log, dt_bias, state, o, in_idx, out_idx, counter;
-  DeviceBuffer x, conv_state, conv_weight, conv_bias, z, norm_weight;  // when the spec has them
+  DeviceBuffer x, conv_state, conv_weight, conv_bias, z, norm_weight;  // when the CaseSpec has them
   gdn::DecodeParams p;
 };
 
@@ -136,15 +136,15 @@ constexpr uint8_t kCanary = 0xFF;
 
 // Check one step's results against the reference R:
 //  - rows the reference treats as padding: output exactly zero;
-//  - other rows: relative L2 of o within SPEC §3 (by o dtype);
-//  - written slots: relative L2 of the state within SPEC §3 (by state dtype);
+//  - other rows: relative L2 of o within docs/operation.md, Numerics (by o dtype);
+//  - written slots: relative L2 of the state within docs/operation.md, Numerics (by state dtype);
 //  - every other byte of o (stride gaps) still the canary, every other byte of
 //    the pool bitwise equal to `state_before`;
 //  - the invalid-index counter equals the out-of-range indices;
 //  - with the conv prologue: the whole conv pool bitwise (it is pure data
 //    movement): written slots hold the shifted windows exactly, every other
 //    byte (slots nobody writes, stride gaps) equals `conv_before`.
-// out_tol / st_tol < 0 select the SPEC bound.
+// out_tol / st_tol < 0 select the bound of docs/operation.md, Numerics.
 void check_step(const HostCase& hc, const RefResult& R, const std::vector<uint8_t>& o_bytes,
                 const std::vector<uint8_t>& state_before, const std::vector<uint8_t>& state_after,
                 const std::vector<uint8_t>& conv_before, const std::vector<uint8_t>& conv_after,

@@ -5,7 +5,7 @@
 // stored, rounded values), and it forms the output in the ONE-PASS form
 //   o = scale * (exp(g) * (S_old^T q̂) + (k̂ · q̂) * delta)
 // while the host backend uses the two-pass form (o = scale * S_new^T q̂).
-// Both must agree within SPEC §3.
+// Both must agree within the tolerances of docs/operation.md, Numerics.
 //
 // The two optional stages (params.hpp is their contract):
 //  - conv1d prologue (conv_width W > 0): per row, per channel c of the packed

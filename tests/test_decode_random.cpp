@@ -509,7 +509,7 @@ TEST_P(DecodeTest, RandomSweep) {
 
 // ---- the conv1d prologue and the gated RMSNorm epilogue ------------------------
 // (params.hpp: conv_width / x / conv_state / conv_weight / conv_bias, and
-// z / norm_weight / norm_eps). Each spec its own fixed seed, 1400 and up.
+// z / norm_weight / norm_eps). Each CaseSpec its own fixed seed, 1400 and up.
 
 // A small conv case: B=3, Hk=1, Hv=2, Dk=64 != Dv=128.
 CaseSpec conv_base(const char* name, uint64_t seed, int w) {

@@ -1,5 +1,5 @@
 // Drift: 1,000 consecutive steps on one fp32 state, against the float64
-// reference run alongside with its own float64 state (SPEC §3: within 1e-4).
+// reference run alongside with its own float64 state (docs/operation.md, Numerics: within 1e-4).
 #include <cmath>
 #include <cstdio>
 

@@ -1,4 +1,4 @@
-// The golden cases (tests/golden/*.safetensors, SPEC §4) through
+// The golden cases (tests/golden/*.safetensors, docs/golden-format.md) through
 // gdn::golden::run_case on the backend under test: every one must pass.
 #include <cstdio>
 

@@ -116,7 +116,7 @@ class BackendTest : public ::testing::TestWithParam<gdn::Backend> {
   const gdn::BackendOps* ops_{nullptr};
 };
 
-// ---- tolerances: SPEC §3, by the dtype a result is stored in ---------------------
+// ---- tolerances: docs/operation.md, Numerics, by the dtype a result is stored in ---
 inline double output_tol(gdn::DType t) {
   return t == gdn::DType::kF32 ? 1e-5 : (t == gdn::DType::kF16 ? 2e-3 : 1e-2);
 }

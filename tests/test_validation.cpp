@@ -441,7 +441,7 @@ TEST_P(ValidationTest, HeadStrideSmallerThanHeadDim) {
                             " is smaller than " + t.dim_name + "=" + std::to_string(t.dim);
     GDN_REFUSED(msg.c_str(), p.*(t.head_stride) = bad, msg);
   }
-  // the example of SPEC §1, verbatim
+  // the example message of docs/operation.md, Validation, verbatim
   GDN_REFUSED("v head stride 100", p.v_head_stride = 100,
               "v: head stride 100 is smaller than Dv=128");
 }

@@ -1,8 +1,10 @@
 // gdnkit — golden files: the safetensors case format, read, run and compare.
 //
-// One case per file (docs/golden-format.md). Used by `gdn verify`, the tests
-// of every backend and anyone checking their own kernel against gdnkit's
-// cases. Lives in the gdnkit_golden library, apart from the kernel library.
+// One case per file (docs/golden-format.md). Used by `gdn verify` and the
+// tests of every backend. Lives in the gdnkit_golden library, apart from the
+// kernel library; both are build-tree only: `cmake --install` installs
+// neither this header nor that library (anyone checking their own kernel
+// reads the format of docs/golden-format.md, or runs `gdn verify`).
 #pragma once
 
 #include <cstdint>
@@ -76,7 +78,7 @@ struct Case {
 bool load_case(const std::string& path, Case* out, std::string* error);
 
 // ---- running and comparing -------------------------------------------------
-// SPEC tolerances on the relative L2 error, by the dtype a result is stored in.
+// The tolerances on the relative L2 error (docs/operation.md, Numerics), by the dtype a result is stored in.
 double output_tolerance(DType t);  // fp32 1e-5, fp16 2e-3, bf16 1e-2
 double state_tolerance(DType t);   // fp32 1e-5, fp16 2e-3, bf16 8e-3
 
