@@ -362,15 +362,12 @@ void set_norm(Arrays& x, const Options& opt, int64_t B, gdn::DecodeParams& p) {
   p.norm_eps = float(opt.norm_eps);
 }
 
-// Check the arrays against each other, fill DecodeParams, run.
-void run_decode(Arrays& x, const Options& opt) {
-  for (ArrayView* p : {&x.q, &x.k, &x.v, &x.qkv, &x.a, &x.b, &x.o, &x.idx, &x.out_idx, &x.x, &x.z})
-    if (p->present) p->canonicalize_if_empty();
+// Which arrays go together: x (the conv prologue) or qkv or q, k, v; z with norm_weight.
+void check_present(const Arrays& x, bool raw_gate) {
   const bool conv = x.x.present;
   const bool norm = x.norm_weight.present;
-  // x (the conv prologue's input) is a packed row too: it takes qkv's path below.
+  // x (the conv prologue's input) is a packed row too.
   const bool packed = x.qkv.present || conv;
-  const bool raw_gate = opt.gate == int(gdn::Gate::kRaw);
   if (conv && (x.qkv.present || x.q.present || x.k.present || x.v.present))
     refuse("x: give either x (the conv prologue's input) or q, k, v / qkv, not both");
   if (x.qkv.present && (x.q.present || x.k.present || x.v.present))
@@ -392,28 +389,32 @@ void run_decode(Arrays& x, const Options& opt) {
   if (raw_gate && !x.dt_bias.present) refuse("dt_bias: required with the raw gate");
   if (x.out_idx.present && !x.idx.present)
     refuse("state_out_indices: given without state_indices");
+}
 
-  // ---- one device for every array
-  ArrayView* all[] = {&x.state, &x.q, &x.k, &x.v, &x.qkv, &x.a, &x.b, &x.A_log, &x.dt_bias,
-                      &x.o, &x.idx, &x.out_idx, &x.counter, &x.x, &x.conv_state,
-                      &x.conv_weight, &x.conv_bias, &x.z, &x.norm_weight};
+// One device for every array (the state's); the backend that runs there.
+gdn::Backend one_device(const Arrays& x, bool raw_gate) {
+  const ArrayView* all[] = {&x.state, &x.q, &x.k, &x.v, &x.qkv, &x.a, &x.b, &x.A_log, &x.dt_bias,
+                            &x.o, &x.idx, &x.out_idx, &x.counter, &x.x, &x.conv_state,
+                            &x.conv_weight, &x.conv_bias, &x.z, &x.norm_weight};
   const ArrayView& ref = x.state;
   const Space space = space_of(ref.dev_type);
   if (space == Space::kOther)
     refuse(format("state: arrays on %s are not supported (cpu, cuda or rocm memory)",
                   device_str(ref).c_str()));
-  for (ArrayView* p : all) {
+  for (const ArrayView* p : all) {
     if (!p->present) continue;
     if (!raw_gate && (p == &x.A_log || p == &x.dt_bias)) continue;  // unused
     if (space_of(p->dev_type) != space || (space != Space::kHost && p->dev_id != ref.dev_id))
       refuse(format("%s: on %s, but state is on %s (all arrays must be on one device)", p->name,
                     device_str(*p).c_str(), device_str(ref).c_str()));
   }
-  const gdn::Backend backend = space == Space::kHost   ? gdn::Backend::kHost
-                               : space == Space::kCuda ? gdn::Backend::kCuda
-                                                       : gdn::Backend::kHip;
+  return space == Space::kHost   ? gdn::Backend::kHost
+         : space == Space::kCuda ? gdn::Backend::kCuda
+                                 : gdn::Backend::kHip;
+}
 
-  gdn::DecodeParams p;
+// The switches, and the pool, which fixes Hv, Dk and Dv.
+void set_pool(const Arrays& x, const Options& opt, gdn::DecodeParams& p) {
   p.layout = gdn::Layout(opt.layout);
   p.gate = gdn::Gate(opt.gate);
   p.l2norm = gdn::L2Norm(opt.l2norm);
@@ -423,7 +424,6 @@ void run_decode(Arrays& x, const Options& opt) {
   p.stream = reinterpret_cast<void*>(uintptr_t(opt.stream));
   p.programmatic_launch = opt.programmatic_launch;
 
-  // ---- the pool fixes Hv, Dk, Dv
   const ArrayView& s = x.state;
   if (s.ndim != 4)
     refuse(format("state: expected [num_slots, Hv, %s], got shape %s",
@@ -447,8 +447,11 @@ void run_decode(Arrays& x, const Options& opt) {
   p.head_dim_v = int32_t(Dv);
   if (Hv < 1 || Hv > INT32_MAX || Dk < 1 || Dk > INT32_MAX || Dv < 1 || Dv > INT32_MAX)
     refuse(format("state: shape %s is out of range", s.shape_str().c_str()));
+}
 
-  // ---- gates fix B
+// The gates a and b, which fix B (returned).
+int64_t set_gates(const Arrays& x, gdn::DecodeParams& p) {
+  const int64_t Hv = p.num_v_heads;
   int64_t B = 0, heads = 0, bstride = 0;
   as_rows_heads(x.a, &B, &heads, &bstride);
   if (heads != Hv)
@@ -457,113 +460,117 @@ void run_decode(Arrays& x, const Options& opt) {
   p.ab_dtype = need_dtype(x.a);
   p.a = x.a.data;
   p.a_batch_stride = bstride;
-  {
-    int64_t rows = 0, h = 0, st = 0;
-    as_rows_heads(x.b, &rows, &h, &st);
-    if (rows != B || h != Hv)
-      refuse(format("b: shape %s does not match a %s", x.b.shape_str().c_str(),
-                    x.a.shape_str().c_str()));
-    if (need_dtype(x.b) != p.ab_dtype)
-      refuse(format("b: dtype %s differs from a's %s (a and b share one dtype)",
-                    dtype_name(x.b.code, x.b.bits), dtype_name(x.a.code, x.a.bits)));
-    p.b = x.b.data;
-    p.b_batch_stride = st;
-  }
+  int64_t rows = 0, h = 0, st = 0;
+  as_rows_heads(x.b, &rows, &h, &st);
+  if (rows != B || h != Hv)
+    refuse(format("b: shape %s does not match a %s", x.b.shape_str().c_str(),
+                  x.a.shape_str().c_str()));
+  if (need_dtype(x.b) != p.ab_dtype)
+    refuse(format("b: dtype %s differs from a's %s (a and b share one dtype)",
+                  dtype_name(x.b.code, x.b.bits), dtype_name(x.a.code, x.a.bits)));
+  p.b = x.b.data;
+  p.b_batch_stride = st;
+  return B;
+}
 
-  // ---- q, k, v
-  if (packed) {
-    const ArrayView& w = conv ? x.x : x.qkv;
-    need_contiguous_last(w);
-    if (w.ndim < 2)
-      refuse(format("%s: expected [B, 2*Hk*Dk + Hv*Dv] or [B, 1, ...], got shape %s", w.name,
-                    w.shape_str().c_str()));
-    int64_t rows = 0, rstride = 0;
-    collapse_rows(w, w.ndim - 1, &rows, &rstride);
-    const int64_t width = w.shape[w.ndim - 1];
-    const int64_t key_width = width - Hv * Dv;
-    if (key_width <= 0 || key_width % (2 * Dk) != 0)
-      refuse(format("%s: width %lld is not 2*Hk*Dk + Hv*Dv for Hv=%lld, Dk=%lld, Dv=%lld", w.name,
-                    (long long)width, (long long)Hv, (long long)Dk, (long long)Dv));
-    const int64_t Hk = key_width / (2 * Dk);
-    if (opt.num_k_heads > 0 && opt.num_k_heads != Hk)
-      refuse(format("%s: width %lld gives Hk=%lld, but num_k_heads=%lld", w.name, (long long)width,
-                    (long long)Hk, (long long)opt.num_k_heads));
-    if (rows != B)
-      refuse(format("%s: %lld rows, but a has %lld", w.name, (long long)rows, (long long)B));
-    if (Hk > INT32_MAX) refuse(format("%s: too many k-heads", w.name));
-    p.num_k_heads = int32_t(Hk);
-    p.qkv_dtype = need_dtype(w);
-    if (rows <= 1) rstride = width;
-    if (conv) {
-      p.x = w.data;
-      p.x_batch_stride = rstride;
-    } else {
-      gdn::set_packed_qkv(p, w.data, rstride);
-    }
+// One packed row per sequence: qkv, or the conv prologue's x (conv).
+void set_packed(const Arrays& x, const Options& opt, int64_t B, bool conv,
+                gdn::DecodeParams& p) {
+  const int64_t Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
+  const ArrayView& w = conv ? x.x : x.qkv;
+  need_contiguous_last(w);
+  if (w.ndim < 2)
+    refuse(format("%s: expected [B, 2*Hk*Dk + Hv*Dv] or [B, 1, ...], got shape %s", w.name,
+                  w.shape_str().c_str()));
+  int64_t rows = 0, rstride = 0;
+  collapse_rows(w, w.ndim - 1, &rows, &rstride);
+  const int64_t width = w.shape[w.ndim - 1];
+  const int64_t key_width = width - Hv * Dv;
+  if (key_width <= 0 || key_width % (2 * Dk) != 0)
+    refuse(format("%s: width %lld is not 2*Hk*Dk + Hv*Dv for Hv=%lld, Dk=%lld, Dv=%lld", w.name,
+                  (long long)width, (long long)Hv, (long long)Dk, (long long)Dv));
+  const int64_t Hk = key_width / (2 * Dk);
+  if (opt.num_k_heads > 0 && opt.num_k_heads != Hk)
+    refuse(format("%s: width %lld gives Hk=%lld, but num_k_heads=%lld", w.name, (long long)width,
+                  (long long)Hk, (long long)opt.num_k_heads));
+  if (rows != B)
+    refuse(format("%s: %lld rows, but a has %lld", w.name, (long long)rows, (long long)B));
+  if (Hk > INT32_MAX) refuse(format("%s: too many k-heads", w.name));
+  p.num_k_heads = int32_t(Hk);
+  p.qkv_dtype = need_dtype(w);
+  if (rows <= 1) rstride = width;
+  if (conv) {
+    p.x = w.data;
+    p.x_batch_stride = rstride;
   } else {
-    const RHD q = as_rhd(x.q, Dk);
-    const RHD k = as_rhd(x.k, Dk);
-    const RHD v = as_rhd(x.v, Dv);
-    if (q.dim != Dk)
-      refuse(format("q: head dim %lld, but state has Dk=%lld", (long long)q.dim, (long long)Dk));
-    if (k.rows != q.rows || k.heads != q.heads || k.dim != q.dim)
-      refuse(format("k: shape %s does not match q %s", x.k.shape_str().c_str(),
-                    x.q.shape_str().c_str()));
-    if (v.heads != Hv || v.dim != Dv)
-      refuse(format("v: shape %s does not match Hv=%lld, Dv=%lld of the state",
-                    x.v.shape_str().c_str(), (long long)Hv, (long long)Dv));
-    if (q.rows != B || v.rows != B)
-      refuse(format("q, k, v: %lld and %lld rows, but a has %lld", (long long)q.rows,
-                    (long long)v.rows, (long long)B));
-    if (opt.num_k_heads > 0 && opt.num_k_heads != q.heads)
-      refuse(format("q: %lld heads, but num_k_heads=%lld", (long long)q.heads,
-                    (long long)opt.num_k_heads));
-    if (q.heads > INT32_MAX) refuse("q: too many k-heads");
-    const gdn::DType t = need_dtype(x.q);
-    if (need_dtype(x.k) != t || need_dtype(x.v) != t)
-      refuse(format("q, k, v: dtypes %s, %s, %s differ (they share one dtype)",
-                    dtype_name(x.q.code, x.q.bits), dtype_name(x.k.code, x.k.bits),
-                    dtype_name(x.v.code, x.v.bits)));
-    p.num_k_heads = int32_t(q.heads);
-    p.qkv_dtype = t;
-    p.q = x.q.data;
-    p.q_batch_stride = q.row_stride;
-    p.q_head_stride = q.head_stride;
-    p.k = x.k.data;
-    p.k_batch_stride = k.row_stride;
-    p.k_head_stride = k.head_stride;
-    p.v = x.v.data;
-    p.v_batch_stride = v.row_stride;
-    p.v_head_stride = v.head_stride;
+    gdn::set_packed_qkv(p, w.data, rstride);
   }
+}
 
-  if (conv) set_conv(x, p);
-  if (norm) set_norm(x, opt, B, p);
+// Separate q, k and v.
+void set_qkv(const Arrays& x, const Options& opt, int64_t B, gdn::DecodeParams& p) {
+  const int64_t Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
+  const RHD q = as_rhd(x.q, Dk);
+  const RHD k = as_rhd(x.k, Dk);
+  const RHD v = as_rhd(x.v, Dv);
+  if (q.dim != Dk)
+    refuse(format("q: head dim %lld, but state has Dk=%lld", (long long)q.dim, (long long)Dk));
+  if (k.rows != q.rows || k.heads != q.heads || k.dim != q.dim)
+    refuse(format("k: shape %s does not match q %s", x.k.shape_str().c_str(),
+                  x.q.shape_str().c_str()));
+  if (v.heads != Hv || v.dim != Dv)
+    refuse(format("v: shape %s does not match Hv=%lld, Dv=%lld of the state",
+                  x.v.shape_str().c_str(), (long long)Hv, (long long)Dv));
+  if (q.rows != B || v.rows != B)
+    refuse(format("q, k, v: %lld and %lld rows, but a has %lld", (long long)q.rows,
+                  (long long)v.rows, (long long)B));
+  if (opt.num_k_heads > 0 && opt.num_k_heads != q.heads)
+    refuse(format("q: %lld heads, but num_k_heads=%lld", (long long)q.heads,
+                  (long long)opt.num_k_heads));
+  if (q.heads > INT32_MAX) refuse("q: too many k-heads");
+  const gdn::DType t = need_dtype(x.q);
+  if (need_dtype(x.k) != t || need_dtype(x.v) != t)
+    refuse(format("q, k, v: dtypes %s, %s, %s differ (they share one dtype)",
+                  dtype_name(x.q.code, x.q.bits), dtype_name(x.k.code, x.k.bits),
+                  dtype_name(x.v.code, x.v.bits)));
+  p.num_k_heads = int32_t(q.heads);
+  p.qkv_dtype = t;
+  p.q = x.q.data;
+  p.q_batch_stride = q.row_stride;
+  p.q_head_stride = q.head_stride;
+  p.k = x.k.data;
+  p.k_batch_stride = k.row_stride;
+  p.k_head_stride = k.head_stride;
+  p.v = x.v.data;
+  p.v_batch_stride = v.row_stride;
+  p.v_head_stride = v.head_stride;
+}
 
-  // ---- parameters of the raw gate
-  if (raw_gate) {
-    for (ArrayView* g : {&x.A_log, &x.dt_bias}) {
-      if (!(g->code == kCodeFloat && g->bits == 32))
-        refuse(format("%s: dtype must be float32, got %s", g->name, dtype_name(g->code, g->bits)));
-      need_vector(*g, Hv, "one per v-head");
-    }
-    p.A_log = static_cast<const float*>(x.A_log.data);
-    p.dt_bias = static_cast<const float*>(x.dt_bias.data);
+// The raw gate's parameters A_log and dt_bias: float32, one per v-head.
+void set_raw_gate(const Arrays& x, gdn::DecodeParams& p) {
+  for (const ArrayView* g : {&x.A_log, &x.dt_bias}) {
+    if (!(g->code == kCodeFloat && g->bits == 32))
+      refuse(format("%s: dtype must be float32, got %s", g->name, dtype_name(g->code, g->bits)));
+    need_vector(*g, p.num_v_heads, "one per v-head");
   }
+  p.A_log = static_cast<const float*>(x.A_log.data);
+  p.dt_bias = static_cast<const float*>(x.dt_bias.data);
+}
 
-  // ---- output
-  {
-    const RHD o = as_rhd(x.o, Dv);
-    if (o.rows != B || o.heads != Hv || o.dim != Dv)
-      refuse(format("out: shape %s, expected [B=%lld, Hv=%lld, Dv=%lld]",
-                    x.o.shape_str().c_str(), (long long)B, (long long)Hv, (long long)Dv));
-    p.o_dtype = need_dtype(x.o);
-    p.o = x.o.data;
-    p.o_batch_stride = o.row_stride;
-    p.o_head_stride = o.head_stride;
-  }
+void set_out(const Arrays& x, int64_t B, gdn::DecodeParams& p) {
+  const int64_t Hv = p.num_v_heads, Dv = p.head_dim_v;
+  const RHD o = as_rhd(x.o, Dv);
+  if (o.rows != B || o.heads != Hv || o.dim != Dv)
+    refuse(format("out: shape %s, expected [B=%lld, Hv=%lld, Dv=%lld]", x.o.shape_str().c_str(),
+                  (long long)B, (long long)Hv, (long long)Dv));
+  p.o_dtype = need_dtype(x.o);
+  p.o = x.o.data;
+  p.o_batch_stride = o.row_stride;
+  p.o_head_stride = o.head_stride;
+}
 
-  // ---- slot indices
+// The slot indices and the counter of out-of-range ones.
+void set_indices(const Arrays& x, int64_t B, gdn::DecodeParams& p) {
   if (x.idx.present) {
     const ArrayView& i = x.idx;
     if (!(i.code == kCodeInt && (i.bits == 32 || i.bits == 64)))
@@ -589,13 +596,36 @@ void run_decode(Arrays& x, const Options& opt) {
                     dtype_name(c.code, c.bits), c.shape_str().c_str()));
     p.invalid_index_count = static_cast<uint32_t*>(c.data);
   }
+}
+
+// Check the arrays against each other, fill DecodeParams, run.
+void run_decode(Arrays& x, const Options& opt) {
+  for (ArrayView* p : {&x.q, &x.k, &x.v, &x.qkv, &x.a, &x.b, &x.o, &x.idx, &x.out_idx, &x.x, &x.z})
+    if (p->present) p->canonicalize_if_empty();
+  const bool conv = x.x.present;
+  const bool raw_gate = opt.gate == int(gdn::Gate::kRaw);
+  check_present(x, raw_gate);
+  const gdn::Backend backend = one_device(x, raw_gate);
+
+  gdn::DecodeParams p;
+  set_pool(x, opt, p);
+  const int64_t B = set_gates(x, p);
+  if (conv || x.qkv.present)
+    set_packed(x, opt, B, conv, p);
+  else
+    set_qkv(x, opt, B, p);
+  if (conv) set_conv(x, p);
+  if (x.norm_weight.present) set_norm(x, opt, B, p);
+  if (raw_gate) set_raw_gate(x, p);
+  set_out(x, B, p);
+  set_indices(x, B, p);
 
   gdn::Status st;
   {
     nb::gil_scoped_release release;
 #if GDNKIT_PY_WITH_CUDA
     if (backend == gdn::Backend::kCuda) {
-      CudaDeviceGuard guard(ref.dev_id);
+      CudaDeviceGuard guard(x.state.dev_id);
       st = gdn::decode(p, backend);
     } else {
       st = gdn::decode(p, backend);
