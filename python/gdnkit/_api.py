@@ -29,7 +29,8 @@ def _framework(x):
 def _numpy_view(x):
     """numpy arrays of ml_dtypes' bfloat16 travel as uint16 views (raw bfloat16 bits)."""
     if x is not None and _framework(x) == "numpy" and getattr(x, "dtype", None) is not None:
-        if x.dtype.name == "bfloat16":
+        # dtype.type.__name__: as dtype.name, without its cost (a Python property in numpy)
+        if getattr(x.dtype.type, "__name__", "") == "bfloat16":
             import numpy as np
 
             return x.view(np.uint16)

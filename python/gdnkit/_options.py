@@ -170,6 +170,7 @@ EXT_PARAMS = tuple(p for p in PARAMS if p.ext)
 # The extension's arguments when a caller leaves them out (stream None: see gdnkit._raw).
 EXT_DEFAULTS = {p.name: p.normalize(p.default) for p in EXT_PARAMS}
 EXT_ARRAYS = tuple(p.name for p in EXT_PARAMS if p.array)
+_EXT_NAMES = tuple(p.name for p in EXT_PARAMS)
 TORCH_PARAMS = tuple(p for p in PARAMS if p.ops)  # gdnkit.torch.decode's
 
 
@@ -193,17 +194,28 @@ def schema(op):
     return f"{op}({', '.join(args)}) -> Tensor"
 
 
+# The parameters whose values normalize changes (the switches and numbers), by name.
+_NORMALIZE = tuple((p.name, p.normalize) for p in PARAMS if p.normalize is not _same)
+
+
 def normalized(values):
     """values (a dict of public arguments) with every switch and number in the form the
     ops and the extension take."""
-    return {name: BY_NAME[name].normalize(value) for name, value in values.items()}
+    out = dict(values)
+    for name, normalize in _NORMALIZE:
+        if name in out:
+            out[name] = normalize(out[name])
+    return out
 
 
 def ext_kwargs(values):
     """The extension's keyword arguments from a dict of public arguments (missing ones
     take their defaults; out_dtype and other non-extension entries are left out)."""
-    return {p.name: p.normalize(values[p.name]) if p.name in values else EXT_DEFAULTS[p.name]
-            for p in EXT_PARAMS}
+    kw = {name: values.get(name, EXT_DEFAULTS[name]) for name in _EXT_NAMES}
+    for name, normalize in _NORMALIZE:
+        if name in values:
+            kw[name] = normalize(values[name])
+    return kw
 
 
 # ---- functions with the parameters' signature ------------------------------------------
