@@ -12,8 +12,9 @@ them is derived from it:
   - the keyword arguments of the extension's decode and decode_raw (ext_kwargs),
     whose values are the switches as the C++ enums number them.
 
-This module imports nothing of gdnkit: gdnkit._api, gdnkit._raw and gdnkit.torch all
-import it, and none of them imports another of them.
+This module imports nothing of gdnkit. Above it sit gdnkit._raw (the pointer path into
+the extension), then gdnkit._api and gdnkit.torch, which import both and never each
+other.
 """
 from typing import Callable, NamedTuple, Tuple
 
