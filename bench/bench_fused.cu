@@ -25,6 +25,9 @@
 #include "gdnkit/gdnkit.hpp"
 #include "gdnkit/half.hpp"
 #include "separate_stages.cuh"
+#if defined(GDN_TRACE)
+#include "../backends/cuda/device.h"
+#endif
 
 namespace {
 
@@ -295,6 +298,25 @@ void graph_length(const Shape& shape) {
 }
 
 #if defined(GDN_TRACE)
+// The trace mode's A/B switches, read here and handed to the library's one
+// seam for them (gpu::PlanOverrides): GDN_NO_SPREAD=1, GDN_MAX_CLUSTER=n,
+// GDN_PDL_LATE=1, GDN_STATE_FIRST=1 (docs/benchmarks.md).
+gdn::gpu::PlanOverrides trace_overrides() {
+  gdn::gpu::PlanOverrides o;
+  o.spread_pdl_smem = std::getenv("GDN_NO_SPREAD") == nullptr;
+  if (const char* mc = std::getenv("GDN_MAX_CLUSTER")) o.max_cluster = std::max(1, std::atoi(mc));
+  if (std::getenv("GDN_PDL_LATE") != nullptr) o.kernel_load_order = 0;
+  if (std::getenv("GDN_STATE_FIRST") != nullptr) o.kernel_load_order = 1;
+  return o;
+}
+void check_traced(const gdn::DecodeParams& p) {
+  static const gdn::gpu::PlanOverrides o = trace_overrides();
+  const cudaError_t err = gdn::cuda::decode_with(p, o);
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "decode: %s\n", cudaGetErrorString(err));
+    std::exit(1);
+  }
+}
 // `bench_fused trace` (a build with -DGDN_TRACE only): where the time of one
 // cold B = 1 call goes. The kernels store clock64 at their phase marks
 // (decode_kernel_impl.cuh, GDN_MARK) for thread 0 of every block; printed
@@ -414,7 +436,7 @@ void trace_one(const Shape& s, bool conv, bool norm, double ghz, bool hot = fals
   cudaGraphExec_t g = fb.bed.capture(n, [&](const Set& cur, const Set&) {
     gdn::DecodeParams p = fb.fused(hot ? fb.bed.sets[0] : cur, conv, norm);
     p.invalid_index_count = reinterpret_cast<uint32_t*>(buf);
-    check(gdn::decode(p, gdn::Backend::kCuda));
+    check_traced(p);
   });
   double us = 0;
   const std::vector<unsigned long long> h = replay_traced(fb, g, n, buf, words, &us);
@@ -486,7 +508,7 @@ void trace_calls(const Shape& s, bool copy, bool tail = false, size_t max_blocks
     } else {
       gdn::DecodeParams p = fb.fused(cur, false, false);
       p.invalid_index_count = reinterpret_cast<uint32_t*>(t);
-      check(gdn::decode(p, gdn::Backend::kCuda));
+      check_traced(p);
     }
   });
   double us = 0;
@@ -565,7 +587,7 @@ void trace_pdl(const Shape& s, bool pdl, int up_carveout, bool middle) {
     p.programmatic_launch = pdl;
     p.invalid_index_count = reinterpret_cast<uint32_t*>(buf + size_t(c) * per_call);
     ++c;
-    check(gdn::decode(p, gdn::Backend::kCuda));
+    check_traced(p);
   });
   double us = 0;
   const std::vector<unsigned long long> h = replay_traced(fb, g, n, buf, n * per_call, &us);

@@ -1,13 +1,15 @@
-// CUDA backend: the BackendOps table, device queries, and the one dispatch
-// from runtime values (state dtype, layout, Dk) to a kernel instantiation.
+// CUDA backend: the BackendOps table (availability, the backend's own
+// limits, decode through the planner and launcher of device.h, memory
+// helpers, the kernel list).
 //
 // Compiled twice when the HIP backend is built: as itself (gdn::cuda_backend,
 // "cuda") and as HIP (GDN_HIP: gdn::hip_backend, "hip", kernels in gdn::hip,
-// runtime names mapped by ../hip/vendor_hip.hpp).
+// runtime names mapped by vendors/hip.h).
 #include <cstdio>
 #include <mutex>
 
-#include "decode_kernel.cuh"
+#include "device.h"
+#include "traits.cuh"
 #include "gdnkit/backend.hpp"
 #include "gdnkit/gdnkit.hpp"
 
@@ -27,15 +29,11 @@ namespace gdn {
 namespace GDN_KERNEL_NS {
 namespace {
 
-constexpr int kMaxDevices = 64;
-
-// Device facts read once per process (immutable afterwards): nothing on the
-// decode path queries the driver.
+// Whether a device exists, read once per process (the kernels' per-device
+// facts are device.cu's, read on the first call on each device).
 struct Devices {
   int count{0};
   cudaError_t error{cudaSuccess};
-  int sms[kMaxDevices]{};
-  int l2_bytes[kMaxDevices]{};
 };
 
 const Devices& devices() {
@@ -46,11 +44,6 @@ const Devices& devices() {
       (void)cudaGetLastError();  // clear the sticky error: no driver is not a failure of later calls
       r.count = 0;
       return r;
-    }
-    for (int i = 0; i < r.count && i < kMaxDevices; ++i) {
-      if (cudaDeviceGetAttribute(&r.sms[i], cudaDevAttrMultiProcessorCount, i) != cudaSuccess) r.sms[i] = 0;
-      // (unread: 0, and the launch applies no L2 policy that depends on it)
-      if (cudaDeviceGetAttribute(&r.l2_bytes[i], cudaDevAttrL2CacheSize, i) != cudaSuccess) r.l2_bytes[i] = 0;
     }
     return r;
   }();
@@ -102,50 +95,31 @@ Status cuda_can_implement(const DecodeParams& p) {
   return Status::success();
 }
 
-// What the launch plan needs of the device.
-struct Gpu {
-  int sms;
-  int64_t l2_bytes;
-};
-
-template <typename T, Layout kLayout, int kDk>
-cudaError_t run_dk(const DecodeParams& p, Gpu gpu, cudaStream_t stream) {
-  constexpr int kP = default_tile_param<T, kLayout>();
-  const Launch g = plan_launch<T, kLayout, kDk, kP>(p, gpu.sms, gpu.l2_bytes, default_items_per_warp<T, kLayout>());
-  return launch_decode<T, kLayout, kDk, kP>(p, g, stream);
-}
-
-// Dk capacity: the smallest of 64, 128, 256 that holds Dk (rows past Dk are masked).
-template <typename T, Layout kLayout>
-cudaError_t run_layout(const DecodeParams& p, Gpu gpu, cudaStream_t stream) {
-  if (p.head_dim_k <= 64) return run_dk<T, kLayout, 64>(p, gpu, stream);
-  if (p.head_dim_k <= 128) return run_dk<T, kLayout, 128>(p, gpu, stream);
-  return run_dk<T, kLayout, 256>(p, gpu, stream);
-}
-
-template <typename T>
-cudaError_t run_state(const DecodeParams& p, Gpu gpu, cudaStream_t stream) {
-  return p.layout == Layout::kVK ? run_layout<T, Layout::kVK>(p, gpu, stream)
-                                 : run_layout<T, Layout::kKV>(p, gpu, stream);
-}
-
 Status cuda_decode(const DecodeParams& p) {
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err != cudaSuccess)
-    return make_status(StatusCode::kBackendError, GDN_BACKEND_NAME ": cudaGetDevice: %s", cudaGetErrorString(err));
-  const bool known = dev < kMaxDevices && devices().sms[dev] > 0;
-  const Gpu gpu{known ? devices().sms[dev] : 108, known ? devices().l2_bytes[dev] : 0};
-  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-  switch (p.state_dtype) {
-    case DType::kF32: err = run_state<float>(p, gpu, stream); break;
-    case DType::kBF16: err = run_state<bf16>(p, gpu, stream); break;
-    case DType::kF16: err = run_state<fp16>(p, gpu, stream); break;
-  }
+  const cudaError_t err = decode_with(p, gpu::PlanOverrides{});
+  if (err == cudaErrorInvalidDevice)
+    return make_status(StatusCode::kBackendError, GDN_BACKEND_NAME ": the current device is past the %d devices "
+                       "the backend supports", kMaxDevices);
   if (err != cudaSuccess)
     return make_status(StatusCode::kBackendError, GDN_BACKEND_NAME ": kernel launch failed: %s",
                        cudaGetErrorString(err));
   return Status::success();
+}
+
+int cuda_list_kernels(void (*line)(const char* name, void* ctx), void* ctx) {
+  struct Sink {
+    void (*line)(const char*, void*);
+    void* ctx;
+  } sink{line, ctx};
+  return visit_all_kernels(
+      [](const KernelUse& k, void* p) {
+        const Sink& s = *static_cast<const Sink*>(p);
+        if (s.line == nullptr) return;
+        char name[128];
+        kernel_name(k, name, sizeof name);
+        s.line(name, s.ctx);
+      },
+      &sink);
 }
 
 void* cuda_alloc(size_t bytes) {
@@ -210,6 +184,7 @@ const BackendOps* GDN_BACKEND_FN() {
     o.copy = GDN_KERNEL_NS::cuda_copy;
     o.synchronize = GDN_KERNEL_NS::cuda_sync;
     o.describe = GDN_KERNEL_NS::cuda_describe;
+    o.list_kernels = GDN_KERNEL_NS::cuda_list_kernels;
     return o;
   }();
   return &ops;

@@ -2,7 +2,7 @@
 //
 //   gdn verify [--backend B] [FILES|DIRS...]   run golden cases, PASS/FAIL per case
 //   gdn run    [--model M] [--batch N] ...     the GDN part of decoding a model
-//   gdn info                                   backends built in, devices found
+//   gdn info [--kernels]                       backends built in, devices found (kernel variants)
 //
 // Exit codes: 0 success, 1 a check failed, 2 bad usage.
 #include <cstdio>
@@ -22,7 +22,7 @@ void usage(FILE* out) {
                "  verify [--backend B] [FILES|DIRS...]  run golden cases (default: the repository's set)\n"
                "  run [--model M] [--batch N] [--steps S] [--backend B] [--state-dtype T] [--layout L]\n"
                "                                        decode steps over every GDN layer of a model\n"
-               "  info                                  backends built in and devices found\n"
+               "  info [--kernels]                      backends built in and devices found (--kernels: the variants)\n"
                "\n"
                "run 'gdn <command> --help' for the options of one command.\n");
 }

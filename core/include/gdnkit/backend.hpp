@@ -32,6 +32,10 @@ struct BackendOps {
   Status (*synchronize)(void* stream){nullptr};
   // One paragraph on the devices found (name, architecture, memory).
   void (*describe)(char* buf, size_t size){nullptr};
+  // Every kernel instantiation the backend holds, one line each, in a fixed
+  // order (`gdn info --kernels`); returns their count. Needs no device;
+  // nullptr for a backend without kernel variants.
+  int (*list_kernels)(void (*line)(const char* name, void* ctx), void* ctx){nullptr};
 };
 
 // The table of a built backend, or nullptr (kAuto resolves first).

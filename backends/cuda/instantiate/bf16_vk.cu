@@ -1,0 +1,8 @@
+// The kernels of state dtype bf16, layout vk (one unit per pair: they compile in parallel).
+#include "../launch.cuh"
+
+namespace gdn {
+namespace GDN_KERNEL_NS {
+GDN_INSTANTIATE(bf16, Layout::kVK)
+}  // namespace GDN_KERNEL_NS
+}  // namespace gdn

@@ -1,0 +1,194 @@
+// The launch planner (backends/cuda/plan.h) on the CPU: calls -> the kernel
+// and geometry it picks, on a DeviceInfo holding an H200's numbers (132 SMs,
+// 60 MiB of L2, and each step kernel's occupancy there: plan_h200_device.inc,
+// from tools/plan_device_table.py). The expected geometry of every call of
+// plan_shapes.hpp is what the library chose on an H200 before its planner
+// became this pure function (plan_h200.txt), so the move is checked
+// decision by decision; the kernel names are checked on a few rows.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gdnkit/gdnkit.hpp"
+#include "plan.h"
+#include "plan_shapes.hpp"
+
+namespace {
+
+using gdn::DType;
+using gdn::Layout;
+using gdn::gpu::DeviceInfo;
+using gdn::gpu::Io;
+using gdn::gpu::Kernel;
+using gdn::gpu::Plan;
+
+// An H200 as the CUDA backend sees it (sm_90 code, cp.async, L2 policies).
+DeviceInfo h200() {
+  DeviceInfo d;
+  d.sms = 132;
+  d.l2_bytes = 60 << 20;
+  d.sm90 = true;
+  d.config = gdn::gpu::BuildConfig{};
+#include "plan_h200_device.inc"
+  return d;
+}
+
+// The geometry of a plan, in plan_h200.txt's words: items a head, warps a
+// block, items a warp, blocks a head, fused, group heads, warps a head,
+// cluster, small loads first, L2 policies, the norm as the step's epilogue,
+// the one-wave kernel.
+std::string geometry(const Plan& p) {
+  const bool fused = p.kernel == Kernel::kVkFused || p.kernel == Kernel::kKvFused;
+  const bool wave = p.kernel == Kernel::kVkWave;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "iph %d W %d ipw %d bph %d fused %d G %d wph %d cl %d slf %d l2 %d sn %d wave %d",
+                p.items_per_head, int(p.block / 32), p.items_per_warp, fused ? 1 : p.blocks_per_head, int(fused),
+                p.group_heads, fused ? p.warps_per_head : 0, fused || p.norm ? p.cluster : 1, int(p.small_loads_first),
+                fused || wave ? 0 : int(p.l2_hints), int(p.norm), int(wave));
+  return buf;
+}
+
+TEST(Plan, MatchesTheH200Plans) {
+  const DeviceInfo dev = h200();
+  std::ifstream in(GDNKIT_TESTS_DIR "/plan_h200.txt");
+  ASSERT_TRUE(in.good()) << GDNKIT_TESTS_DIR "/plan_h200.txt";
+  std::vector<std::string> expected;
+  for (std::string line; std::getline(in, line);) expected.push_back(line);
+  size_t n = 0;
+  gdn_test::for_plan_shapes([&](const char* name, const gdn::DecodeParams& p) {
+    const std::string got = std::string(name) + " | " + geometry(gdn::gpu::plan_launch(p, dev));
+    ASSERT_LT(n, expected.size());
+    EXPECT_EQ(got, expected[n]);
+    ++n;
+  });
+  EXPECT_EQ(n, expected.size());
+}
+
+// A dense call at Hk / Hv heads of Dk x Dv, one dtype for the small tensors.
+gdn::DecodeParams call(int64_t B, DType state, Layout layout, int hk = 16, int hv = 32, int dk = 128, int dv = 128) {
+  gdn::DecodeParams p;
+  p.batch = B;
+  p.num_k_heads = hk;
+  p.num_v_heads = hv;
+  p.head_dim_k = dk;
+  p.head_dim_v = dv;
+  p.qkv_dtype = p.ab_dtype = p.o_dtype = DType::kBF16;
+  p.state_dtype = state;
+  p.layout = layout;
+  p.num_slots = B;
+  gdn::set_dense_strides(p);
+  // Aligned stand-in addresses: the planner reads alignment, never memory.
+  alignas(256) static char arena[256];
+  gdn::set_packed_qkv(p, arena, 2 * hk * dk + hv * dv);
+  p.a = p.b = p.o = p.state = arena;
+  p.A_log = p.dt_bias = reinterpret_cast<const float*>(arena);
+  return p;
+}
+
+std::string describe(const Plan& plan) {
+  char buf[256];
+  gdn::gpu::describe_plan(plan, buf, sizeof buf);
+  return buf;
+}
+
+struct Row {
+  const char* name;
+  gdn::DecodeParams p;
+  const char* expected;  // describe_plan's line
+};
+
+TEST(Plan, NamesTheKernelInstantiation) {
+  const DeviceInfo dev = h200();
+  auto pool = [](gdn::DecodeParams p) {
+    p.index_dtype = gdn::IndexType::kI32;
+    static int32_t slots[1];
+    p.state_indices = slots;
+    p.num_slots = p.batch + 1;
+    return p;
+  };
+  auto norm = [](gdn::DecodeParams p) {
+    static float w[1];
+    p.norm_weight = w;
+    p.z = p.q;
+    p.z_batch_stride = p.num_v_heads * p.head_dim_v;
+    p.z_head_stride = p.head_dim_v;
+    return p;
+  };
+  auto pdl = [](gdn::DecodeParams p) {
+    p.programmatic_launch = true;
+    return p;
+  };
+  auto conv = [](gdn::DecodeParams p) {
+    p.conv_width = 4;
+    p.x = p.q;
+    p.q = p.k = p.v = nullptr;
+    p.conv_state = p.state;
+    p.conv_weight = p.x;
+    gdn::set_dense_strides(p);
+    return p;
+  };
+  auto mixed = [](gdn::DecodeParams p) {  // (one dtype no longer: the MixedIO kernels)
+    p.o_dtype = DType::kF32;
+    return p;
+  };
+  const Row rows[] = {
+#include "test_plan_rows.inc"
+  };
+  for (const Row& r : rows) EXPECT_EQ(describe(gdn::gpu::plan_launch(r.p, dev)), r.expected) << r.name;
+}
+
+// The planner's own invariants, on every benchmark shape: the grid covers
+// every item of every head exactly as its kernel expects, and a block never
+// asks for more shared memory than the build allows.
+TEST(Plan, GridCoversEveryItem) {
+  const DeviceInfo dev = h200();
+  for (DType s : {DType::kF32, DType::kBF16, DType::kF16})
+    for (Layout l : {Layout::kVK, Layout::kKV})
+      for (int64_t B : {1, 2, 8, 31, 32, 128, 512, 1000})
+        for (int d : {64, 128, 256}) {
+          const gdn::DecodeParams p = call(B, s, l, 16, 32, d, d);
+          const Plan plan = gdn::gpu::plan_launch(p, dev);
+          const std::string what = describe(plan);
+          EXPECT_LE(plan.smem, dev.config.max_block_smem) << what;
+          EXPECT_GT(plan.block, 0u) << what;
+          if (plan.kernel == Kernel::kVkWave) {
+            EXPECT_EQ(int64_t(plan.grid) * (plan.block / 32), B * 32 * plan.items_per_head) << what;
+          } else {
+            EXPECT_EQ(int64_t(plan.grid), B * 32 * plan.blocks_per_head) << what;
+            const int per_block = l == Layout::kVK ? int(plan.block / 32) * plan.items_per_warp : plan.items_per_warp;
+            EXPECT_GE(int64_t(plan.blocks_per_head) * per_block, plan.items_per_head) << what;
+          }
+        }
+}
+
+// Overrides reach the plan, and nothing else changes without them.
+TEST(Plan, OverridesAreTheOnlySeam) {
+  const DeviceInfo dev = h200();
+  const gdn::DecodeParams p = call(1, DType::kBF16, Layout::kVK);
+  EXPECT_EQ(gdn::gpu::plan_launch(p, dev).kernel, Kernel::kVkWave);
+  gdn::gpu::PlanOverrides ring;
+  ring.allow_wave = false;
+  EXPECT_EQ(gdn::gpu::plan_launch(p, dev, ring).kernel, Kernel::kVkStep);
+  gdn::gpu::PlanOverrides one;
+  one.max_items_per_warp = 1;
+  const Plan q = gdn::gpu::plan_launch(call(512, DType::kF32, Layout::kVK), dev, one);
+  EXPECT_EQ(q.items_per_warp, 1);
+  EXPECT_EQ(describe(gdn::gpu::plan_launch(p, dev)), describe(gdn::gpu::plan_launch(p, dev, {})));
+}
+
+// Mixed dtypes and unaligned q/k rows take the MixedIO instantiation.
+TEST(Plan, SelectsTheIoInstantiation) {
+  gdn::DecodeParams p = call(8, DType::kF32, Layout::kVK);
+  EXPECT_EQ(gdn::gpu::select_io(p), Io::kBF16);
+  p.o_dtype = DType::kF32;
+  EXPECT_EQ(gdn::gpu::select_io(p), Io::kMixed);
+  p = call(8, DType::kF32, Layout::kVK);
+  p.q_batch_stride += 1;  // q rows no longer 16-byte aligned
+  EXPECT_EQ(gdn::gpu::select_io(p), Io::kMixed);
+  p.layout = Layout::kKV;  // (kv reads q and k through its own loads)
+  EXPECT_EQ(gdn::gpu::select_io(p), Io::kBF16);
+}
+
+}  // namespace
