@@ -3,7 +3,7 @@
 # `pip install .` into a fresh virtual environment of Debian's python3 (which sees
 # Debian's numpy), then run pytest on python/tests. The build tools come from PyPI
 # into that venv; the build itself (--no-build-isolation) downloads nothing.
-# Without a GPU the torch tests skip; without torch (CI) test_torch.py skips whole.
+# Without a GPU the torch tests skip; without torch (CI) the test_torch_*.py files skip whole.
 #
 #   bash python/run_tests.sh [pytest args...]     (PYTHON=/path/to/python3 to pick another)
 set -euo pipefail
