@@ -136,16 +136,12 @@ void draw_qkv_ab(HostCase& hc, std::mt19937_64& rng) {
   }
 }
 
-}  // namespace
+// The steps of make_case, in its order (the draws from rng stay in the same order).
 
-HostCase make_case(const CaseSpec& spec) {
-  HostCase hc;
-  hc.spec = spec;
+// Strides and storage of every tensor but the pools' contents.
+void set_strides_and_storage(HostCase& hc) {
   const CaseSpec& s = hc.spec;
   const int64_t B = s.batch, Hk = s.hk, Hv = s.hv, Dk = s.dk, Dv = s.dv;
-  std::mt19937_64 rng(s.seed);
-  std::uniform_real_distribution<double> u01(0.0, 1.0);
-  std::normal_distribution<double> n01(0.0, 1.0);
   const size_t qe = gdn::dtype_size(s.qkv), abe = gdn::dtype_size(s.ab);
 
   // ---- strides and storage (gaps hold the canary: NaN)
@@ -193,13 +189,20 @@ HostCase make_case(const CaseSpec& spec) {
     hc.z_bs = Hv * hc.z_hs + (s.pad_batch ? s.pad_batch + 3 : 0);
     hc.z = canary_bytes(B * hc.z_bs, qe);
   }
+}
 
+// The pool size and the slot indices (the reference's and the stored ones).
+void draw_slots(HostCase& hc, std::mt19937_64& rng, std::vector<int64_t>* in_idx_out,
+                std::vector<int64_t>* out_idx_out) {
   // ---- slots
+  const CaseSpec& s = hc.spec;
+  const int64_t B = s.batch;
+  std::vector<int64_t>& in_idx = *in_idx_out;
+  std::vector<int64_t>& out_idx = *out_idx_out;
   const bool indexed = s.index != gdn::IndexType::kNone;
   hc.num_slots = (indexed && s.out_indices ? 2 * B : B) + s.extra_slots;
   if (hc.num_slots < 1) hc.num_slots = 1;
   const int64_t S = hc.num_slots;
-  std::vector<int64_t> in_idx, out_idx;
   if (indexed) {
     std::vector<int64_t> perm(static_cast<size_t>(S));
     std::iota(perm.begin(), perm.end(), 0);
@@ -261,6 +264,68 @@ HostCase make_case(const CaseSpec& spec) {
     store(in_idx, hc.in_idx);
     if (s.out_indices) store(out_idx, hc.out_idx);
   }
+}
+
+// conv prologue: weights, bias and the whole conv pool (random, non-zero)
+void draw_conv(HostCase& hc, std::mt19937_64& rng, std::normal_distribution<double>& n01) {
+  const CaseSpec& s = hc.spec;
+  RefProblem& P = hc.ref;
+  const int64_t Hk = s.hk, Hv = s.hv, Dk = s.dk, Dv = s.dv;
+  const int64_t cdim = 2 * Hk * Dk + Hv * Dv;
+  const size_t qe = gdn::dtype_size(s.qkv);
+  const int64_t S = hc.num_slots;
+  const int64_t W = s.conv_width, taps = W - 1;
+  int64_t span;
+  if (s.conv_tap_major) {  // [slot, W-1, conv_dim]
+    hc.conv_channel_stride = 1;
+    hc.conv_tap_stride = cdim + s.conv_pad;
+    span = (taps - 1) * hc.conv_tap_stride + cdim;
+  } else {  // [slot, conv_dim, W-1]
+    hc.conv_channel_stride = taps + s.conv_pad;
+    hc.conv_tap_stride = 1;
+    span = (cdim - 1) * hc.conv_channel_stride + taps;
+  }
+  hc.conv_slot_stride = span + s.pad_slot;
+  std::uniform_real_distribution<double> uw(-0.6, 0.6), ub(-0.2, 0.2);
+  hc.conv_weight.assign(size_t(cdim * W) * qe, 0);
+  P.conv_weight.resize(size_t(cdim * W));
+  for (int64_t i = 0; i < cdim * W; ++i)
+    P.conv_weight[size_t(i)] = put(hc.conv_weight, s.qkv, i, uw(rng));
+  if (s.conv_bias) {
+    hc.conv_bias.assign(size_t(cdim) * qe, 0);
+    P.conv_bias.resize(size_t(cdim));
+    for (int64_t c = 0; c < cdim; ++c) P.conv_bias[size_t(c)] = put(hc.conv_bias, s.qkv, c, ub(rng));
+  }
+  hc.conv_state = canary_bytes((S - 1) * hc.conv_slot_stride + span, qe);
+  hc.conv_pool.assign(size_t(S * cdim * taps), 0.0);
+  for (int64_t sl = 0; sl < S; ++sl)
+    for (int64_t c = 0; c < cdim; ++c)
+      for (int64_t t = 0; t < taps; ++t) {
+        double v = n01(rng);
+        if (std::fabs(v) < 1e-3) v = v < 0 ? -1e-3 : 1e-3;  // non-zero in every dtype
+        hc.conv_pool[size_t(conv_pool_index(P, sl, c, t))] =
+            put(hc.conv_state, s.qkv, hc.conv_offset(sl, c, t), v);
+      }
+}
+
+}  // namespace
+
+HostCase make_case(const CaseSpec& spec) {
+  HostCase hc;
+  hc.spec = spec;
+  const CaseSpec& s = hc.spec;
+  const int64_t B = s.batch, Hk = s.hk, Hv = s.hv, Dk = s.dk, Dv = s.dv;
+  std::mt19937_64 rng(s.seed);
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  std::normal_distribution<double> n01(0.0, 1.0);
+  const size_t qe = gdn::dtype_size(s.qkv);
+
+  set_strides_and_storage(hc);
+  const bool conv = s.conv_width > 0;
+
+  std::vector<int64_t> in_idx, out_idx;
+  draw_slots(hc, rng, &in_idx, &out_idx);
+  const int64_t S = hc.num_slots;
 
   // ---- reference problem: sizes and conventions
   RefProblem& P = hc.ref;
@@ -310,41 +375,7 @@ HostCase make_case(const CaseSpec& spec) {
           hc.pool[size_t(pool_index(P, sl, h, i, j))] =
               put(hc.state, s.state, hc.state_offset(sl, h, i, j), n05(rng));
 
-  // ---- conv prologue: weights, bias and the whole conv pool (random, non-zero)
-  if (conv) {
-    const int64_t W = s.conv_width, taps = W - 1;
-    int64_t span;
-    if (s.conv_tap_major) {  // [slot, W-1, conv_dim]
-      hc.conv_channel_stride = 1;
-      hc.conv_tap_stride = cdim + s.conv_pad;
-      span = (taps - 1) * hc.conv_tap_stride + cdim;
-    } else {  // [slot, conv_dim, W-1]
-      hc.conv_channel_stride = taps + s.conv_pad;
-      hc.conv_tap_stride = 1;
-      span = (cdim - 1) * hc.conv_channel_stride + taps;
-    }
-    hc.conv_slot_stride = span + s.pad_slot;
-    std::uniform_real_distribution<double> uw(-0.6, 0.6), ub(-0.2, 0.2);
-    hc.conv_weight.assign(size_t(cdim * W) * qe, 0);
-    P.conv_weight.resize(size_t(cdim * W));
-    for (int64_t i = 0; i < cdim * W; ++i)
-      P.conv_weight[size_t(i)] = put(hc.conv_weight, s.qkv, i, uw(rng));
-    if (s.conv_bias) {
-      hc.conv_bias.assign(size_t(cdim) * qe, 0);
-      P.conv_bias.resize(size_t(cdim));
-      for (int64_t c = 0; c < cdim; ++c) P.conv_bias[size_t(c)] = put(hc.conv_bias, s.qkv, c, ub(rng));
-    }
-    hc.conv_state = canary_bytes((S - 1) * hc.conv_slot_stride + span, qe);
-    hc.conv_pool.assign(size_t(S * cdim * taps), 0.0);
-    for (int64_t sl = 0; sl < S; ++sl)
-      for (int64_t c = 0; c < cdim; ++c)
-        for (int64_t t = 0; t < taps; ++t) {
-          double v = n01(rng);
-          if (std::fabs(v) < 1e-3) v = v < 0 ? -1e-3 : 1e-3;  // non-zero in every dtype
-          hc.conv_pool[size_t(conv_pool_index(P, sl, c, t))] =
-              put(hc.conv_state, s.qkv, hc.conv_offset(sl, c, t), v);
-        }
-  }
+  if (conv) draw_conv(hc, rng, n01);
   // ---- norm epilogue: the per-channel weight
   if (s.norm) {
     std::uniform_real_distribution<double> un(0.5, 1.5);

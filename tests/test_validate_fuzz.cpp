@@ -165,18 +165,24 @@ struct Invalid {
 
 bool always(const DecodeParams&) { return true; }
 
-std::vector<Invalid> invalid_mutations() {
-  std::vector<Invalid> m;
-  auto ptr_field = [](DecodeParams& p, int which) -> const void** {
-    switch (which) {
-      case 0: return &p.q;
-      case 1: return &p.k;
-      case 2: return &p.v;
-      case 3: return &p.a;
-      default: return &p.b;
-    }
-  };
-  const char* ptr_names[] = {"q", "k", "v", "a", "b"};
+// The pointer field `which` of p: q, k, v, a or b.
+const void** ptr_field(DecodeParams& p, int which) {
+  switch (which) {
+    case 0: return &p.q;
+    case 1: return &p.k;
+    case 2: return &p.v;
+    case 3: return &p.a;
+    default: return &p.b;
+  }
+}
+
+bool conv_on(const DecodeParams& p) { return p.conv_width != 0; }
+bool conv_off(const DecodeParams& p) { return p.conv_width == 0; }
+bool norm_on(const DecodeParams& p) { return p.norm_weight != nullptr; }
+
+// The mutations, by the rule they break; invalid_mutations() lists them in
+// this order.
+void add_size_enum_scalar_mutations(std::vector<Invalid>& m) {
   // ---- sizes
   m.push_back({"batch < 0", always, [](DecodeParams& p, Rng& r) { p.batch = -1 - r.pick(1000); },
                {"batch"}});
@@ -229,16 +235,20 @@ std::vector<Invalid> invalid_mutations() {
                  p.l2norm_eps = v[r.pick(4)];
                },
                {"l2norm_eps"}});
+}
+
+void add_pointer_mutations(std::vector<Invalid>& m) {
+  const char* ptr_names[] = {"q", "k", "v", "a", "b"};
   // ---- pointers
   for (int w = 0; w < 5; ++w) {
     m.push_back({std::string("null ") + ptr_names[w],
                  [w](const DecodeParams& p) { return w >= 3 || p.conv_width == 0; },
-                 [ptr_field, w](DecodeParams& p, Rng&) { *ptr_field(p, w) = nullptr; },
+                 [w](DecodeParams& p, Rng&) { *ptr_field(p, w) = nullptr; },
                  {ptr_names[w]}});
-    m.push_back({std::string("misaligned ") + ptr_names[w], [ptr_field, w](const DecodeParams& p) {
+    m.push_back({std::string("misaligned ") + ptr_names[w], [w](const DecodeParams& p) {
                    return *ptr_field(const_cast<DecodeParams&>(p), w) != nullptr;
                  },
-                 [ptr_field, w](DecodeParams& p, Rng&) {
+                 [w](DecodeParams& p, Rng&) {
                    const void** f = ptr_field(p, w);
                    *f = static_cast<const char*>(*f) + 1;
                  },
@@ -306,6 +316,9 @@ std::vector<Invalid> invalid_mutations() {
                  p.state_indices = nullptr;
                },
                {"state_indices"}});
+}
+
+void add_stride_pool_alias_mutations(std::vector<Invalid>& m) {
   // ---- strides
   struct T {
     const char* name;
@@ -400,11 +413,10 @@ std::vector<Invalid> invalid_mutations() {
   m.push_back({"b inside state", has_rows,
                [](DecodeParams& p, Rng&) { p.b = static_cast<const char*>(p.state) + 64; },
                {"state", "b"}});
+}
 
+void add_conv_norm_pointer_mutations(std::vector<Invalid>& m) {
   // ---- the conv prologue and the gated RMSNorm epilogue
-  auto conv_on = [](const DecodeParams& p) { return p.conv_width != 0; };
-  auto conv_off = [](const DecodeParams& p) { return p.conv_width == 0; };
-  auto norm_on = [](const DecodeParams& p) { return p.norm_weight != nullptr; };
   m.push_back({"conv_width bad", always,
                [](DecodeParams& p, Rng& r) {
                  const int32_t v[] = {1, 5, -1, 64, std::numeric_limits<int32_t>::min()};
@@ -415,7 +427,7 @@ std::vector<Invalid> invalid_mutations() {
   const Region qkv_regions[] = {kQ, kK, kV};
   for (int w = 0; w < 3; ++w)
     m.push_back({std::string(qkv_names[w]) + " with conv", conv_on,
-                 [ptr_field, w, qkv_regions](DecodeParams& p, Rng&) {
+                 [w, qkv_regions](DecodeParams& p, Rng&) {
                    *ptr_field(p, w) = fake(qkv_regions[w]);
                  },
                  {qkv_names[w]}});
@@ -465,6 +477,9 @@ std::vector<Invalid> invalid_mutations() {
                  p.norm_weight = static_cast<const char*>(p.norm_weight) + 1;
                },
                {"norm_weight"}});
+}
+
+void add_conv_norm_layout_mutations(std::vector<Invalid>& m) {
   m.push_back({"norm_eps bad", always,
                [](DecodeParams& p, Rng& r) {
                  const float v[] = {-1e-6f, -1.0f, std::numeric_limits<float>::quiet_NaN(),
@@ -544,6 +559,15 @@ std::vector<Invalid> invalid_mutations() {
                  p.norm_weight = static_cast<const char*>(p.state) + 64;
                },
                {"state", "norm_weight"}});
+}
+
+std::vector<Invalid> invalid_mutations() {
+  std::vector<Invalid> m;
+  add_size_enum_scalar_mutations(m);
+  add_pointer_mutations(m);
+  add_stride_pool_alias_mutations(m);
+  add_conv_norm_pointer_mutations(m);
+  add_conv_norm_layout_mutations(m);
   return m;
 }
 

@@ -88,9 +88,9 @@ Status check_pointer(const char* name, const void* ptr, size_t align) {
     if (!st_.ok()) return st_;       \
   } while (0)
 
-}  // namespace
-
-Status validate(const DecodeParams& p) {
+// The steps of validate(), in its order: the first rule broken is the one
+// reported.
+Status check_sizes(const DecodeParams& p) {
   // ---- sizes
   if (p.batch < 0) GDN_REFUSE("batch: must be >= 0, got %lld", (long long)p.batch);
   if (p.batch > (int64_t(1) << 31))
@@ -106,7 +106,10 @@ Status validate(const DecodeParams& p) {
   if (p.head_dim_v <= 0 || p.head_dim_v > kMaxHeadDim || p.head_dim_v % kHeadDimAlign != 0)
     GDN_REFUSE("head_dim_v: %d is not a multiple of %d in [%d, %d]", p.head_dim_v, kHeadDimAlign,
                kHeadDimAlign, kMaxHeadDim);
+  return Status::success();
+}
 
+Status check_enums(const DecodeParams& p) {
   // ---- enums (the C API can hand over any integer)
   if (!valid_dtype(p.qkv_dtype)) GDN_REFUSE("qkv_dtype: unknown value %d", int(p.qkv_dtype));
   if (!valid_dtype(p.ab_dtype)) GDN_REFUSE("ab_dtype: unknown value %d", int(p.ab_dtype));
@@ -124,7 +127,10 @@ Status validate(const DecodeParams& p) {
   if (p.index_dtype != IndexType::kNone && p.index_dtype != IndexType::kI32 &&
       p.index_dtype != IndexType::kI64)
     GDN_REFUSE("index_dtype: unknown value %d", int(p.index_dtype));
+  return Status::success();
+}
 
+Status check_scalars(const DecodeParams& p) {
   // ---- scalars
   if (!std::isfinite(p.scale)) GDN_REFUSE("scale: must be finite, got %g", double(p.scale));
   if (!std::isfinite(p.l2norm_eps) || p.l2norm_eps < 0.0f)
@@ -132,11 +138,16 @@ Status validate(const DecodeParams& p) {
 
   // ---- the optional prologue and epilogue
   const bool conv = p.conv_width != 0;
-  const bool norm = p.norm_weight != nullptr;
   if (conv && (p.conv_width < 2 || p.conv_width > 4))
     GDN_REFUSE("conv_width: must be 0 (no conv prologue), 2, 3 or 4, got %d", p.conv_width);
   if (!std::isfinite(p.norm_eps) || p.norm_eps < 0.0f)
     GDN_REFUSE("norm_eps: must be finite and >= 0, got %g", double(p.norm_eps));
+  return Status::success();
+}
+
+Status check_pointers(const DecodeParams& p) {
+  const bool conv = p.conv_width != 0;
+  const bool norm = p.norm_weight != nullptr;
 
   // ---- pointers: present and aligned to their element
   const size_t qkv_elem = dtype_size(p.qkv_dtype);
@@ -192,6 +203,13 @@ Status validate(const DecodeParams& p) {
     if (p.state_out_indices != nullptr)
       GDN_CHECK(check_pointer("state_out_indices", p.state_out_indices, ielem));
   }
+  return Status::success();
+}
+
+// Hands back the elements one conv state slot spans (0 without conv).
+Status check_strides_and_pools(const DecodeParams& p, int64_t* conv_span_out) {
+  const bool conv = p.conv_width != 0;
+  const bool norm = p.norm_weight != nullptr;
 
   // ---- strides
   const int64_t B = p.batch, Hk = p.num_k_heads, Hv = p.num_v_heads;
@@ -226,7 +244,8 @@ Status validate(const DecodeParams& p) {
 
   // ---- conv state pool: [slot, conv_dim, W-1] (tap stride 1) or [slot, W-1,
   // conv_dim] (channel stride 1); `conv_span` elements a slot.
-  int64_t conv_span = 0;
+  *conv_span_out = 0;
+  int64_t& conv_span = *conv_span_out;
   if (conv) {
     const int64_t taps = p.conv_width - 1;
     const int64_t cs = p.conv_state_channel_stride, ts = p.conv_state_tap_stride;
@@ -251,6 +270,20 @@ Status validate(const DecodeParams& p) {
       GDN_REFUSE("conv_state_slot_stride: %lld x num_slots=%lld reaches beyond the 2^60 element limit",
                  (long long)p.conv_state_slot_stride, (long long)p.num_slots);
   }
+  return Status::success();
+}
+
+Status check_aliasing(const DecodeParams& p, int64_t conv_span) {
+  const bool conv = p.conv_width != 0;
+  const bool norm = p.norm_weight != nullptr;
+  const size_t qkv_elem = dtype_size(p.qkv_dtype);
+  const size_t ab_elem = dtype_size(p.ab_dtype);
+  const size_t o_elem = dtype_size(p.o_dtype);
+  const size_t s_elem = dtype_size(p.state_dtype);
+  const int64_t B = p.batch, Hk = p.num_k_heads, Hv = p.num_v_heads;
+  const int64_t Dk = p.head_dim_k, Dv = p.head_dim_v;
+  const int64_t cdim = conv_dim(p);
+  const int64_t slot_elems = Hv * Dk * Dv;
 
   // ---- aliasing: what is written must not overlap anything else
   const Extent qx = extent_of("q", p.q, B, Hk, Dk, p.q_batch_stride, p.q_head_stride, qkv_elem);
@@ -291,6 +324,18 @@ Status validate(const DecodeParams& p) {
         GDN_REFUSE("%s: memory overlaps %s", written[w].name, written[w2].name);
   }
   return Status::success();
+}
+
+}  // namespace
+
+Status validate(const DecodeParams& p) {
+  GDN_CHECK(check_sizes(p));
+  GDN_CHECK(check_enums(p));
+  GDN_CHECK(check_scalars(p));
+  GDN_CHECK(check_pointers(p));
+  int64_t conv_span = 0;
+  GDN_CHECK(check_strides_and_pools(p, &conv_span));
+  return check_aliasing(p, conv_span);
 }
 
 }  // namespace gdn

@@ -227,6 +227,159 @@ class Progress {
   int last_decile_{-1};
 };
 
+// The model's per-layer parameters (host copies for the reference) and state pools.
+struct Layers {
+  std::vector<std::vector<float>> A_log, dt_bias;
+  std::vector<Buffer> pools, A_dev, dt_dev;
+};
+
+// A few input sets, rotated over layers and steps.
+constexpr int kInputSets = 4;
+struct Inputs {
+  std::vector<std::vector<uint8_t>> qkv_host, a_host, b_host;
+  std::vector<Buffer> qkv_dev, a_dev, b_dev;
+};
+
+// ---- the model's per-layer parameters and state pools (random, non-zero);
+// false (after a message) when an allocation or a copy fails.
+bool make_layers(const Options& opt, const gdn::BackendOps* ops, size_t pool_bytes,
+                 std::mt19937_64& rng, Layers* m) {
+  const int64_t B = opt.batch;
+  const int L = opt.layers, Hv = opt.hv, Dk = opt.dk, Dv = opt.dv;
+  const int64_t slot_elems = int64_t(Hv) * Dk * Dv;
+  std::vector<std::vector<float>>& A_log = m->A_log;
+  std::vector<std::vector<float>>& dt_bias = m->dt_bias;
+  A_log.assign(L, std::vector<float>(Hv));
+  dt_bias.assign(L, std::vector<float>(Hv));
+  std::uniform_real_distribution<double> A_dist(1.0, 16.0), dt_log(std::log(1e-3), std::log(1e-1));
+  std::vector<Buffer>& pools = m->pools;
+  std::vector<Buffer>& A_dev = m->A_dev;
+  std::vector<Buffer>& dt_dev = m->dt_dev;
+  for (int l = 0; l < L; ++l) {
+    for (int h = 0; h < Hv; ++h) {
+      // A_log = log(A), A ~ U(1, 16); dt_bias = softplus^-1(dt), dt log-uniform in [1e-3, 0.1]
+      A_log[l][h] = float(std::log(A_dist(rng)));
+      dt_bias[l][h] = float(std::log(std::expm1(std::exp(dt_log(rng)))));
+    }
+    pools.emplace_back(ops, pool_bytes);
+    A_dev.emplace_back(ops, Hv * sizeof(float));
+    dt_dev.emplace_back(ops, Hv * sizeof(float));
+    if (!pools.back().get() || !A_dev.back().get() || !dt_dev.back().get()) {
+      std::fprintf(stderr, "gdn run: out of %s memory allocating layer %d's state pool (%.1f MiB)\n",
+                   ops->name, l, double(pool_bytes) / (1 << 20));
+      return false;
+    }
+    const std::vector<uint8_t> init = random_tensor(rng, B * slot_elems, opt.state_dtype, 0.5);
+    if (!pools.back().upload(init.data()) || !A_dev.back().upload(A_log[l].data()) ||
+        !dt_dev.back().upload(dt_bias[l].data())) {
+      std::fprintf(stderr, "gdn run: copy to %s failed\n", ops->name);
+      return false;
+    }
+  }
+  return true;
+}
+
+// ---- a few input sets, rotated over layers and steps; false (after a message)
+// when a copy fails.
+bool make_inputs(const Options& opt, const gdn::BackendOps* ops, int64_t conv_dim,
+                 std::mt19937_64& rng, Inputs* in) {
+  const int64_t B = opt.batch;
+  const int Hv = opt.hv;
+  std::vector<std::vector<uint8_t>>& qkv_host = in->qkv_host;
+  std::vector<std::vector<uint8_t>>& a_host = in->a_host;
+  std::vector<std::vector<uint8_t>>& b_host = in->b_host;
+  std::vector<Buffer>& qkv_dev = in->qkv_dev;
+  std::vector<Buffer>& a_dev = in->a_dev;
+  std::vector<Buffer>& b_dev = in->b_dev;
+  for (int i = 0; i < kInputSets; ++i) {
+    qkv_host.push_back(random_tensor(rng, B * conv_dim, opt.dtype, 1.0));
+    a_host.push_back(random_tensor(rng, B * Hv, opt.dtype, 1.0));
+    b_host.push_back(random_tensor(rng, B * Hv, opt.dtype, 1.0));
+    qkv_dev.emplace_back(ops, qkv_host.back().size());
+    a_dev.emplace_back(ops, a_host.back().size());
+    b_dev.emplace_back(ops, b_host.back().size());
+    if (!qkv_dev.back().upload(qkv_host.back().data()) || !a_dev.back().upload(a_host.back().data()) ||
+        !b_dev.back().upload(b_host.back().data())) {
+      std::fprintf(stderr, "gdn run: copy to %s failed\n", ops->name);
+      return false;
+    }
+  }
+  return true;
+}
+
+// The parameters every call shares: sizes, dtypes, layout, dense strides.
+gdn::DecodeParams base_params(const Options& opt) {
+  gdn::DecodeParams base;
+  base.batch = opt.batch;
+  base.num_k_heads = opt.hk;
+  base.num_v_heads = opt.hv;
+  base.head_dim_k = opt.dk;
+  base.head_dim_v = opt.dv;
+  base.qkv_dtype = base.ab_dtype = base.o_dtype = opt.dtype;
+  base.state_dtype = opt.state_dtype;
+  base.layout = opt.layout;
+  base.num_slots = opt.batch;
+  gdn::set_dense_strides(base);
+  return base;
+}
+
+// Host reference on copies of this layer's state and this step's inputs, into
+// *state_ref and *o_ref; false (after a message) on failure.
+bool host_reference(const gdn::DecodeParams& base, const gdn::BackendOps* ops, const Layers& m,
+                    const Inputs& in, int set, int check_layer, int64_t conv_dim, size_t pool_bytes,
+                    size_t o_bytes, std::vector<uint8_t>* state_ref, std::vector<uint8_t>* o_ref) {
+  state_ref->resize(pool_bytes);
+  o_ref->resize(o_bytes);
+  if (!m.pools[check_layer].download(state_ref->data())) {
+    std::fprintf(stderr, "gdn run: copy from %s failed\n", ops->name);
+    return false;
+  }
+  gdn::DecodeParams h = base;
+  gdn::set_packed_qkv(h, in.qkv_host[set].data(), conv_dim);
+  h.a = in.a_host[set].data();
+  h.b = in.b_host[set].data();
+  h.A_log = m.A_log[check_layer].data();
+  h.dt_bias = m.dt_bias[check_layer].data();
+  h.state = state_ref->data();
+  h.o = o_ref->data();
+  const gdn::Status st = gdn::decode(h, gdn::Backend::kHost);
+  if (!st.ok()) {
+    std::fprintf(stderr, "gdn run: host reference failed: %s\n", st.message);
+    return false;
+  }
+  return true;
+}
+
+// The checks' verdict and the timings of the unchecked steps.
+void print_summary(const Options& opt, size_t pool_bytes, double call_seconds, int checks,
+                   int failed_checks, double worst_o, double worst_state) {
+  const int64_t B = opt.batch;
+  const int L = opt.layers;
+  int timed_steps = 0;
+  for (int step = 0; step < opt.steps; ++step) {
+    const bool check = (step % opt.check_every == 0) || step == opt.steps - 1;
+    timed_steps += (!check || opt.steps == 1) ? 1 : 0;
+  }
+  std::printf("\n");
+  std::printf("  %-34s %s\n", "checked against the host reference",
+              failed_checks ? "FAIL" : "PASS");
+  std::printf("  %-34s %d steps, worst rel. error o %.2e, state %.2e\n", "", checks, worst_o,
+              worst_state);
+  if (timed_steps == 0) {
+    std::printf("  (every step was a checked step: run more --steps for timings)\n");
+  } else {
+    const double per_step = call_seconds / timed_steps;
+    const double per_call = per_step / L;
+    // Each call reads and writes every state it touches once.
+    const double state_bytes_per_step = 2.0 * double(pool_bytes) * L;
+    std::printf("  %-34s %.3f ms  (%d timed steps, wall clock incl. launch)\n", "per-call time",
+                per_call * 1e3, timed_steps);
+    std::printf("  %-34s %.3f ms  (all %d GDN layers, batch %lld)\n", "per-token GDN time",
+                per_step * 1e3, L, (long long)B);
+    std::printf("  %-34s %.2f GB/s\n", "state bytes per second", state_bytes_per_step / per_step / 1e9);
+  }
+}
+
 }  // namespace
 
 int cmd_run(const std::vector<std::string>& args) {
@@ -264,72 +417,23 @@ int cmd_run(const std::vector<std::string>& args) {
               gdn::to_string(opt.dtype), double(pool_bytes) * L / (1 << 20));
   std::fflush(stdout);  // the header before the progress bar (stderr)
 
-  // ---- the model's per-layer parameters and state pools (random, non-zero)
   std::mt19937_64 rng(opt.seed);
-  std::vector<std::vector<float>> A_log(L, std::vector<float>(Hv)), dt_bias(L, std::vector<float>(Hv));
-  std::uniform_real_distribution<double> A_dist(1.0, 16.0), dt_log(std::log(1e-3), std::log(1e-1));
-  std::vector<Buffer> pools, A_dev, dt_dev;
-  for (int l = 0; l < L; ++l) {
-    for (int h = 0; h < Hv; ++h) {
-      // A_log = log(A), A ~ U(1, 16); dt_bias = softplus^-1(dt), dt log-uniform in [1e-3, 0.1]
-      A_log[l][h] = float(std::log(A_dist(rng)));
-      dt_bias[l][h] = float(std::log(std::expm1(std::exp(dt_log(rng)))));
-    }
-    pools.emplace_back(ops, pool_bytes);
-    A_dev.emplace_back(ops, Hv * sizeof(float));
-    dt_dev.emplace_back(ops, Hv * sizeof(float));
-    if (!pools.back().get() || !A_dev.back().get() || !dt_dev.back().get()) {
-      std::fprintf(stderr, "gdn run: out of %s memory allocating layer %d's state pool (%.1f MiB)\n",
-                   ops->name, l, double(pool_bytes) / (1 << 20));
-      return 1;
-    }
-    const std::vector<uint8_t> init = random_tensor(rng, B * slot_elems, opt.state_dtype, 0.5);
-    if (!pools.back().upload(init.data()) || !A_dev.back().upload(A_log[l].data()) ||
-        !dt_dev.back().upload(dt_bias[l].data())) {
-      std::fprintf(stderr, "gdn run: copy to %s failed\n", ops->name);
-      return 1;
-    }
-  }
-
-  // ---- a few input sets, rotated over layers and steps
-  constexpr int kInputSets = 4;
-  std::vector<std::vector<uint8_t>> qkv_host, a_host, b_host;
-  std::vector<Buffer> qkv_dev, a_dev, b_dev;
-  for (int i = 0; i < kInputSets; ++i) {
-    qkv_host.push_back(random_tensor(rng, B * conv_dim, opt.dtype, 1.0));
-    a_host.push_back(random_tensor(rng, B * Hv, opt.dtype, 1.0));
-    b_host.push_back(random_tensor(rng, B * Hv, opt.dtype, 1.0));
-    qkv_dev.emplace_back(ops, qkv_host.back().size());
-    a_dev.emplace_back(ops, a_host.back().size());
-    b_dev.emplace_back(ops, b_host.back().size());
-    if (!qkv_dev.back().upload(qkv_host.back().data()) || !a_dev.back().upload(a_host.back().data()) ||
-        !b_dev.back().upload(b_host.back().data())) {
-      std::fprintf(stderr, "gdn run: copy to %s failed\n", ops->name);
-      return 1;
-    }
-  }
+  Layers m;
+  if (!make_layers(opt, ops, pool_bytes, rng, &m)) return 1;
+  Inputs in;
+  if (!make_inputs(opt, ops, conv_dim, rng, &in)) return 1;
   Buffer o_dev(ops, size_t(B) * Hv * Dv * gdn::dtype_size(opt.dtype));
 
-  gdn::DecodeParams base;
-  base.batch = B;
-  base.num_k_heads = Hk;
-  base.num_v_heads = Hv;
-  base.head_dim_k = Dk;
-  base.head_dim_v = Dv;
-  base.qkv_dtype = base.ab_dtype = base.o_dtype = opt.dtype;
-  base.state_dtype = opt.state_dtype;
-  base.layout = opt.layout;
-  base.num_slots = B;
-  gdn::set_dense_strides(base);
+  const gdn::DecodeParams base = base_params(opt);
 
   auto params_for = [&](int step, int layer, void* state, void* o) {
     gdn::DecodeParams p = base;
     const int set = (step * L + layer) % kInputSets;
-    gdn::set_packed_qkv(p, qkv_dev[set].get(), conv_dim);
-    p.a = a_dev[set].get();
-    p.b = b_dev[set].get();
-    p.A_log = static_cast<const float*>(A_dev[layer].get());
-    p.dt_bias = static_cast<const float*>(dt_dev[layer].get());
+    gdn::set_packed_qkv(p, in.qkv_dev[set].get(), conv_dim);
+    p.a = in.a_dev[set].get();
+    p.b = in.b_dev[set].get();
+    p.A_log = static_cast<const float*>(m.A_dev[layer].get());
+    p.dt_bias = static_cast<const float*>(m.dt_dev[layer].get());
     p.state = state;
     p.o = o;
     return p;
@@ -344,33 +448,14 @@ int cmd_run(const std::vector<std::string>& args) {
     const bool check = (step % opt.check_every == 0) || step == opt.steps - 1;
     const int check_layer = step % L;
     std::vector<uint8_t> state_ref, o_ref;
-    if (check) {
-      // Host reference on copies of this layer's state and this step's inputs.
-      state_ref.resize(pool_bytes);
-      o_ref.resize(o_dev.bytes());
-      if (!pools[check_layer].download(state_ref.data())) {
-        std::fprintf(stderr, "gdn run: copy from %s failed\n", ops->name);
-        return 1;
-      }
-      const int set = (step * L + check_layer) % kInputSets;
-      gdn::DecodeParams h = base;
-      gdn::set_packed_qkv(h, qkv_host[set].data(), conv_dim);
-      h.a = a_host[set].data();
-      h.b = b_host[set].data();
-      h.A_log = A_log[check_layer].data();
-      h.dt_bias = dt_bias[check_layer].data();
-      h.state = state_ref.data();
-      h.o = o_ref.data();
-      const gdn::Status st = gdn::decode(h, gdn::Backend::kHost);
-      if (!st.ok()) {
-        std::fprintf(stderr, "gdn run: host reference failed: %s\n", st.message);
-        return 1;
-      }
-    }
+    if (check && !host_reference(base, ops, m, in, (step * L + check_layer) % kInputSets,
+                                 check_layer, conv_dim, pool_bytes, o_dev.bytes(), &state_ref,
+                                 &o_ref))
+      return 1;
 
     const auto t0 = std::chrono::steady_clock::now();
     for (int l = 0; l < L; ++l) {
-      const gdn::Status st = gdn::decode(params_for(step, l, pools[l].get(), o_dev.get()), backend);
+      const gdn::Status st = gdn::decode(params_for(step, l, m.pools[l].get(), o_dev.get()), backend);
       if (!st.ok()) {
         std::fprintf(stderr, "\ngdn run: step %d layer %d: %s\n", step, l, st.message);
         return 1;
@@ -397,7 +482,7 @@ int cmd_run(const std::vector<std::string>& args) {
 
     if (check) {
       std::vector<uint8_t> state_got(pool_bytes);
-      pools[check_layer].download(state_got.data());
+      m.pools[check_layer].download(state_got.data());
       const gdn::golden::Comparison c =
           gdn::golden::compare(widen(state_got, opt.state_dtype), widen(state_ref, opt.state_dtype),
                                gdn::golden::state_tolerance(opt.state_dtype));
@@ -408,28 +493,6 @@ int cmd_run(const std::vector<std::string>& args) {
     progress.update(step + 1);
   }
 
-  int timed_steps = 0;
-  for (int step = 0; step < opt.steps; ++step) {
-    const bool check = (step % opt.check_every == 0) || step == opt.steps - 1;
-    timed_steps += (!check || opt.steps == 1) ? 1 : 0;
-  }
-  std::printf("\n");
-  std::printf("  %-34s %s\n", "checked against the host reference",
-              failed_checks ? "FAIL" : "PASS");
-  std::printf("  %-34s %d steps, worst rel. error o %.2e, state %.2e\n", "", checks, worst_o,
-              worst_state);
-  if (timed_steps == 0) {
-    std::printf("  (every step was a checked step: run more --steps for timings)\n");
-  } else {
-    const double per_step = call_seconds / timed_steps;
-    const double per_call = per_step / L;
-    // Each call reads and writes every state it touches once.
-    const double state_bytes_per_step = 2.0 * double(pool_bytes) * L;
-    std::printf("  %-34s %.3f ms  (%d timed steps, wall clock incl. launch)\n", "per-call time",
-                per_call * 1e3, timed_steps);
-    std::printf("  %-34s %.3f ms  (all %d GDN layers, batch %lld)\n", "per-token GDN time",
-                per_step * 1e3, L, (long long)B);
-    std::printf("  %-34s %.2f GB/s\n", "state bytes per second", state_bytes_per_step / per_step / 1e9);
-  }
+  print_summary(opt, pool_bytes, call_seconds, checks, failed_checks, worst_o, worst_state);
   return failed_checks ? 1 : 0;
 }
