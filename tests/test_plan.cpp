@@ -109,7 +109,7 @@ TEST(Plan, NamesTheKernelInstantiation) {
     return p;
   };
   auto norm = [](gdn::DecodeParams p) {
-    static float w[1];
+    alignas(16) static float w[4];  // (aligned: the prologue's vector runs depend on it)
     p.norm_weight = w;
     p.z = p.q;
     p.z_batch_stride = p.num_v_heads * p.head_dim_v;
