@@ -7,6 +7,8 @@
 //   tune_cuda occupancy  the step with fewer blocks an SM (shared memory padded)
 //   tune_cuda skeleton   the kv step's memory traffic alone (no arithmetic)
 //   tune_cuda plans      the plan of every benchmark shape on this GPU (no timing)
+//   tune_cuda table      this GPU's occupancy table (DeviceInfo), in the form of
+//                        tests/plan_h200_device.inc (ci/gpu_check.sh plan compares them)
 // The choices the library ships, and the numbers behind them, are in
 // docs/decisions.md.
 #include <cstdio>
@@ -94,6 +96,22 @@ void sweep_occupancy() {
           timed_row(bed, copy, o, name);
         }
       }
+}
+
+// "table": the occupancy half of this GPU's DeviceInfo, one assignment a line.
+void print_table() {
+  int dev = 0;
+  const gdn::gpu::DeviceInfo* info = gdn::cuda::current_device_info(&dev);
+  if (info == nullptr) return;
+  for (int s = 0; s < 3; ++s)
+    for (int l = 0; l < 2; ++l)
+      for (int k = 0; k < 3; ++k)
+        for (int t = 0; t < 2; ++t)
+          for (int io = 0; io < gdn::gpu::kNumIo; ++io)
+            std::printf("d.step_warps[%d][%d][%d][%d][%d] = %d;\n", s, l, k, t, io, info->step_warps[s][l][k][t][io]);
+  for (int s = 0; s < 3; ++s)
+    for (int io = 0; io < gdn::gpu::kNumIo; ++io)
+      for (int x = 0; x < 2; ++x) std::printf("d.wave_warps[%d][%d][%d] = %d;\n", s, io, x, info->wave_warps[s][io][x]);
 }
 
 // "plans": what the planner picks on this GPU for the benchmark's shapes.
@@ -236,8 +254,10 @@ int main(int argc, char** argv) {
     sweep_skeleton(sms);
   } else if (mode == "plans") {
     print_plans();
+  } else if (mode == "table") {
+    print_table();
   } else {
-    std::fprintf(stderr, "usage: tune_cuda [ipw|wave|occupancy|skeleton|plans]\n");
+    std::fprintf(stderr, "usage: tune_cuda [ipw|wave|occupancy|skeleton|plans|table]\n");
     return 2;
   }
   return 0;

@@ -9,6 +9,9 @@
 #              `gdn verify --backend cuda`, and the A100 path: the suites from
 #              compute_80 PTX only, run through the driver's JIT (build-ptx,
 #              CUDA_FORCE_PTX_JIT=1)
+#   plan       this GPU's occupancy table (`tune_cuda table`), the planner's only
+#              device-dependent input; on an H200 compared with the one
+#              tests/test_plan.cpp assumes (tests/plan_h200_device.inc)
 #   sanitize   memcheck, then racecheck (each a step of its own too)
 #   memcheck   compute-sanitizer memcheck of both suites
 #   racecheck  compute-sanitizer racecheck of both suites
@@ -58,12 +61,12 @@ set -u
 cd "$(dirname "$0")/.."
 root=$PWD
 
-all_steps="tests sanitize bench fused hip python run"
+all_steps="tests plan sanitize bench fused hip python run"
 steps=()
 for arg in "${@:-$all_steps}"; do
   for w in $arg; do
     case $w in
-      tests|sanitize|memcheck|racecheck|bench|fused|hip|python|run) steps+=("$w") ;;
+      tests|plan|sanitize|memcheck|racecheck|bench|fused|hip|python|run) steps+=("$w") ;;
       -h|--help) sed -n '2,/^set -u$/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
       *) echo "ci/gpu_check.sh: unknown step '$w' (steps: $all_steps memcheck racecheck)" >&2; exit 2 ;;
     esac
@@ -282,9 +285,27 @@ run_gdn() {
   done
 }
 
+# The occupancy table against the one the planner's CPU test assumes (an H200's).
+run_plan() {
+  ensure_gpu || return
+  step "the planner's device table (tune_cuda table)"
+  build-gpu/bench/tune_cuda table > "$log/plan_table.txt" 2>&1; local rc=$?
+  if [ $rc -ne 0 ]; then fail "plan table: tune_cuda table rc=$rc"; return; fi
+  if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q 'H200'; then
+    summary+=("plan table: $(wc -l < "$log/plan_table.txt") entries (not an H200: not compared)")
+    return
+  fi
+  if diff <(sed 's| *//.*||' tests/plan_h200_device.inc) "$log/plan_table.txt" > "$log/plan_table_diff.txt"; then
+    summary+=("plan table: the H200's equals tests/plan_h200_device.inc ($(wc -l < "$log/plan_table.txt") entries)")
+  else
+    fail "plan table: the H200's differs from tests/plan_h200_device.inc (diff: $log/plan_table_diff.txt)"
+  fi
+}
+
 for w in "${steps[@]}"; do
   case $w in
     tests) run_tests ;;
+    plan) run_plan ;;
     sanitize) run_sanitizer memcheck; run_sanitizer racecheck ;;
     memcheck|racecheck) run_sanitizer "$w" ;;
     bench) run_bench ;;

@@ -26,6 +26,23 @@ constexpr DType state_dtype_of() {
   return sizeof(T) == 4 ? DType::kF32 : std::is_same<T, fp16>::value ? DType::kF16 : DType::kBF16;
 }
 
+// The fused kernel of K and its twins (the norm alone in clusters, one
+// input dtype; a programmatic launch's, 16-bit inputs), all with one limit.
+template <typename K, typename IO>
+void visit_fused(KernelVisitor visit, void* ctx, KernelUse base, size_t smem_limit) {
+  auto one = [&](auto fn, bool norm_only, bool pdl) {
+    KernelUse u = base;
+    u.fn = reinterpret_cast<const void*>(fn);
+    u.norm_only = norm_only;
+    u.pdl_twin = pdl;
+    u.smem_limit = smem_limit;
+    visit(u, ctx);
+  };
+  one(K::template fused<false, false>(), false, false);
+  if constexpr (kTwins && K::kUniform) one(K::template fused<true, false>(), true, false);
+  if constexpr (kTwins && kPdlInputs<IO>) one(K::template fused<false, true>(), false, true);
+}
+
 template <typename T, int kDk, Io kIo>
 void visit_vk(KernelVisitor visit, void* ctx) {
   using IO = IoType<kIo>;
@@ -57,16 +74,9 @@ void visit_vk(KernelVisitor visit, void* ctx) {
   // The fused kernels' limit: the ring and the largest group's stages.
   constexpr size_t kFused = kRing + fused_smem_bytes(kMaxFusedGroup, kDk, kMaxHeadDim, kTwins);
   static_assert(kFused <= GDN_MAX_BLOCK_SMEM, "the ring and the fused stages exceed a block's shared memory");
-  auto fused = [&](auto fn, bool norm_only, bool pdl) {
-    KernelUse u = kernel_use(fn, kState, Layout::kVK, Kernel::kVkFused, kDk, K::kP, kIo);
-    u.norm_only = norm_only;
-    u.pdl_twin = pdl;
-    u.smem_limit = kFused;
-    visit(u, ctx);
-  };
-  fused(K::template fused<false, false>(), false, false);
-  if constexpr (kTwins && K::kUniform) fused(K::template fused<true, false>(), true, false);
-  if constexpr (kTwins && kPdlInputs<IO>) fused(K::template fused<false, true>(), false, true);
+  visit_fused<K, IO>(visit, ctx, kernel_use(K::template fused<false, false>(), kState, Layout::kVK, Kernel::kVkFused,
+                                            kDk, K::kP, kIo),
+                     kFused);
 #if GDN_VK_WAVE
   if constexpr (K::kWave) {
     auto wave = [&](auto fn, bool indexed, bool pdl) {
@@ -121,16 +131,10 @@ void visit_kv_tile(KernelVisitor visit, void* ctx) {
     constexpr size_t kFused = gpu::traits::ring_smem_bytes(kConfig, int(sizeof(T)), Layout::kKV, kDk, kW, kW) +
                               fused_smem_bytes(kMaxFusedGroup, kDk, kMaxHeadDim, kTwins);
     static_assert(kFused <= GDN_MAX_BLOCK_SMEM, "the ring and the fused stages exceed a block's shared memory");
-    auto fused = [&](auto fn, bool norm_only, bool pdl) {
-      KernelUse u = kernel_use(fn, kState, Layout::kKV, Kernel::kKvFused, kDk, kW, kIo);
-      u.norm_only = norm_only;
-      u.pdl_twin = pdl;
-      u.smem_limit = kFused;
-      visit(u, ctx);
-    };
-    fused(K::template fused<false, false>(), false, false);
-    if constexpr (kTwins && K::kUniform) fused(K::template fused<true, false>(), true, false);
-    if constexpr (kTwins && kPdlInputs<IO>) fused(K::template fused<false, true>(), false, true);
+    visit_fused<K, IO>(visit, ctx,
+                       kernel_use(K::template fused<false, false>(), kState, Layout::kKV, Kernel::kKvFused, kDk, kW,
+                                  kIo),
+                       kFused);
   }
 }
 

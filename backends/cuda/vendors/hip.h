@@ -72,7 +72,7 @@
 #define GDN_PHYSICAL_WARP 32
 
 #else
-#error "vendor_hip.hpp: compile with a HIP compiler for AMD, or define GDN_HIP_ON_NVIDIA"
+#error "vendors/hip.h: compile with a HIP compiler for AMD, or define GDN_HIP_ON_NVIDIA"
 #endif
 
 namespace gdn {
