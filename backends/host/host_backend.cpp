@@ -274,6 +274,9 @@ const BackendOps* host_backend() {
     o.id = Backend::kHost;
     o.name = "host";
     o.available = host_available;
+    // Host indices can be read before anything runs: a slot two rows would
+    // touch is refused here, where a GPU backend can only document it.
+    o.can_implement = check_slot_conflicts;
     o.decode = host_decode;
     o.alloc = host_alloc;
     o.release = host_release;

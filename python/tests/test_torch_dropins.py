@@ -4,6 +4,10 @@ PyTorch references (torch_cases.py and the callers' own formulas here).
 Runs on CPU tensors wherever torch imports, and on CUDA tensors too when a GPU is
 present (CUDA graph capture and replay, torch.export). Skips cleanly without torch.
 """
+import os
+import subprocess
+import sys
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -254,6 +258,77 @@ def test_sglang(device, disable_state_update):
             t["A_log"], t["a"], t["dt_bias"], 1.0, 20.0, q, k, v, t["b"], state, idx, lower_bound=-5.0)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("wrapper", ["sglang", "vllm"])
+def test_one_token_rows_batch_major_with_cu_seqlens(device, wrapper):
+    """SGLang's Qwen3.5 decode: q/k/v [N, 1, H, D] together with cu_seqlens [0, 1, ..., N]."""
+    N = 4
+    t = vllm_inputs(device, N=N, H=2, HV=4, K=64, V=64, slots=7, seed=12)
+    idx = torch.tensor([6, 0, 3, 1], dtype=torch.int32, device=device)
+    o_ref, s_ref = vllm_reference(t, idx, l2=True)
+    state = t["state"].clone()
+    cu = torch.arange(N + 1, dtype=torch.int32, device=device)
+    if wrapper == "sglang":
+        o = sglang.fused_sigmoid_gating_delta_rule_update(
+            A_log=t["A_log"], a=t["a"], dt_bias=t["dt_bias"], softplus_beta=1.0,
+            softplus_threshold=20.0, q=t["q"], k=t["k"], v=t["v"], b=t["b"],
+            initial_state_source=state, initial_state_indices=idx, use_qk_l2norm_in_kernel=True,
+            cu_seqlens=cu)
+    else:
+        o, _ = vllm.fused_sigmoid_gating_delta_rule_update(
+            A_log=t["A_log"], a=t["a"], b=t["b"], dt_bias=t["dt_bias"], q=t["q"], k=t["k"],
+            v=t["v"], initial_state=state, inplace_final_state=True, cu_seqlens=cu,
+            ssm_state_indices=idx, use_qk_l2norm_in_kernel=True)
+    assert o.shape == t["v"].shape
+    assert_close(o.reshape(N, 4, 64), o_ref, TOL_OUT[torch.bfloat16], "output")
+    assert_close(state.transpose(-1, -2), s_ref, 1e-5, "pool")
+
+
+_BAD_CU = [0, 2, 2, 3]  # three rows, but row 0 holds two tokens and row 1 none
+
+
+def test_cu_seqlens_not_one_token_per_row_refused_on_cpu():
+    t = vllm_inputs("cpu", N=3, H=2, HV=4, K=64, V=64, slots=4, seed=13)
+    state = t["state"].clone()
+    q, k, v = (t[n].transpose(0, 1) for n in ("q", "k", "v"))  # [1, 3, H, D]
+    with pytest.raises(RuntimeError, match="cu_seqlens"):
+        sglang.fused_sigmoid_gating_delta_rule_update(
+            t["A_log"], t["a"], t["dt_bias"], 1.0, 20.0, q, k, v, t["b"], state,
+            torch.tensor([0, 1, 2], dtype=torch.int32), cu_seqlens=torch.tensor(_BAD_CU))
+    with pytest.raises(RuntimeError, match="cu_seqlens"):
+        fla.fused_recurrent_gated_delta_rule(q, k, v, g=t["a"].float().unsqueeze(0).sigmoid().log(),
+                                             beta=t["b"].unsqueeze(0), cu_seqlens=torch.tensor(_BAD_CU))
+    assert torch.equal(state, t["state"]), "a refused call wrote the pool"
+
+
+@cuda_only
+def test_cu_seqlens_not_one_token_per_row_fails_on_gpu():
+    """On a GPU the check is torch's asynchronous assert: no host sync on the call, the error
+    at the next synchronization. A device-side assert ends the CUDA context, so it runs in a
+    process of its own."""
+    code = f"""
+import torch
+from gdnkit.torch import vllm
+N, H, HV, K = 3, 2, 4, 64
+d = "cuda"
+q = torch.randn(1, N, H, K, device=d, dtype=torch.bfloat16)
+v = torch.randn(1, N, HV, K, device=d, dtype=torch.bfloat16)
+a = torch.randn(N, HV, device=d, dtype=torch.bfloat16)
+state = torch.randn(4, HV, K, K, device=d)
+vllm.fused_sigmoid_gating_delta_rule_update(torch.zeros(HV, device=d), a, a, torch.zeros(HV, device=d),
+    q, q, v, initial_state=state, cu_seqlens=torch.tensor({_BAD_CU}, device=d),
+    ssm_state_indices=torch.arange(N, device=d, dtype=torch.int32))
+torch.cuda.synchronize()
+print("NOT REFUSED")
+"""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode != 0 and "NOT REFUSED" not in r.stdout, r.stdout + r.stderr[-2000:]
+    assert "assert" in r.stderr.lower(), r.stderr[-2000:]
+
+
 # ---- FLA --------------------------------------------------------------------------------
 
 def fla_inputs(device, B, T, H, HV, K, V, seed, dtype=torch.bfloat16):
@@ -312,6 +387,24 @@ def test_fla_varlen_no_initial_state(device):
     assert_close(final, s_ref, 1e-5, "final_state")
     with pytest.raises(NotImplementedError, match="gk"):
         fla.fused_recurrent_gated_delta_rule(t["q"], t["k"], t["v"], gk=t["q"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("qk_dtype,v_dtype", [(torch.float32, torch.float16),
+                                              (torch.float16, torch.float32),
+                                              (torch.bfloat16, torch.float16)])
+def test_fla_mixed_input_dtypes(device, qk_dtype, v_dtype):
+    """FLA's float16 cases pass q and k in float32 and v in float16: accepted, output in q's dtype."""
+    t = fla_inputs(device, B=3, T=1, H=2, HV=4, K=64, V=64, seed=23, dtype=torch.float32)
+    t["q"], t["k"], t["v"] = t["q"].to(qk_dtype), t["k"].to(qk_dtype), t["v"].to(v_dtype)
+    o_ref, s_ref = fla_reference(t, l2=True)
+    o, final = fla.fused_recurrent_gated_delta_rule(
+        t["q"], t["k"], t["v"], g=t["g"], beta=t["beta"], initial_state=t["h0"],
+        output_final_state=True, use_qk_l2norm_in_kernel=True)
+    assert o.dtype == qk_dtype and o.shape == t["v"].shape
+    # the upcast is exact: only the output's own rounding is left
+    assert_close(o, o_ref, TOL_OUT[qk_dtype], "output")
+    assert_close(final, s_ref, 1e-5, "final_state")
 
 
 # ---- CUDA graphs ------------------------------------------------------------------------

@@ -18,6 +18,12 @@ namespace gdn {
 // Check p against every rule of the contract. Does not touch the tensors.
 Status validate(const DecodeParams& p);
 
+// The slot rule that needs the index values (host memory only): a slot that
+// a row writes (state_out_indices, else state_indices) is read or written by
+// no other row of the call. The host backend applies it; on a GPU it is the
+// caller's guarantee (docs/operation.md), since checking would need a sync.
+Status check_slot_conflicts(const DecodeParams& p);
+
 // Validate, then run the step on `backend` (kAuto: best available).
 Status decode(const DecodeParams& p, Backend backend = Backend::kAuto);
 

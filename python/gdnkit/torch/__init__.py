@@ -22,10 +22,12 @@ Drop-in wrappers with the signatures of the kernels they replace:
     gdnkit.torch.vllm.fused_sigmoid_gating_delta_rule_update
     gdnkit.torch.sglang.fused_sigmoid_gating_delta_rule_update
     gdnkit.torch.fla.fused_recurrent_gated_delta_rule
+    gdnkit.torch.flashinfer.gated_delta_rule_decode_pretranspose / gated_delta_rule_decode /
+        gated_delta_rule (the bf16-state entry)
 """
 from ._ops import decode_kw as decode  # and registers torch.ops.gdnkit.*
 from ._ops import fused_deltanet_decode, fused_deltanet_decode_  # noqa: F401
-from . import executorch, fla, sglang, vllm  # noqa: E402,F401
+from . import executorch, fla, flashinfer, sglang, vllm  # noqa: E402,F401
 from .fla import fused_recurrent_gated_delta_rule  # noqa: E402,F401
 from .vllm import fused_sigmoid_gating_delta_rule_update  # noqa: E402,F401
 
@@ -48,4 +50,5 @@ __all__ = [
     "vllm",
     "sglang",
     "fla",
+    "flashinfer",
 ]

@@ -46,3 +46,29 @@ def flat_indices(idx):
     if idx.dtype not in (torch.int32, torch.int64):
         idx = idx.to(torch.int32)
     return idx.reshape(-1).contiguous()
+
+
+def same_qkv_dtype(q, k, v):
+    """q, k, v in one dtype, as the kernel loads them: the narrower ones upcast to the widest.
+
+    Upcasting is exact (fp16 and bf16 values are float32 values), so the step sees the
+    caller's numbers unchanged. It costs one elementwise pass over the upcast tensors: q, k
+    and v are 1/K of the state's bytes per token, so under 1% of a decode call's traffic.
+    """
+    if q.dtype == k.dtype == v.dtype:
+        return q, k, v
+    wide = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+    return q.to(wide), k.to(wide), v.to(wide)
+
+
+def check_unit_cu_seqlens(cu_seqlens, n, who):
+    """One token per sequence means cu_seqlens = [0, 1, ..., n]; anything else is refused.
+
+    The comparison runs where cu_seqlens lives and fails through torch's asynchronous assert:
+    on the CPU at once, on a GPU at the stream's next synchronization (a device-side
+    assertion, as for an out-of-range index in torch), and never with a host sync on the
+    call. The failed assertion stops the stream before the step runs, so nothing is written.
+    """
+    expected = torch.arange(n + 1, device=cu_seqlens.device, dtype=cu_seqlens.dtype)
+    torch._assert_async((cu_seqlens == expected).all(),
+                        f"{who}: cu_seqlens must be [0, 1, ..., {n}] (one token per sequence)")

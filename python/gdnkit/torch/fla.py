@@ -16,7 +16,14 @@ decay, precomputed), beta [B, T, HV] (after the sigmoid; None = 1), initial_stat
 [N, HV, K, V] float32 or None). l2norm x / sqrt(sum x^2 + 1e-6) when
 use_qk_l2norm_in_kernel; scale None = K**-0.5. T > 1 runs one gdnkit step per token
 (correct, not fast: this is a decode kernel). With cu_seqlens (B = 1), each of the N
-sequences has one token (cu_seqlens = [0, 1, ..., N]; it is not read).
+sequences has one token: cu_seqlens must be [0, 1, ..., N], checked by torch's
+asynchronous assert (no host sync; a GPU reports it at the next synchronization, before
+anything is written).
+
+Mixed input dtypes, as FLA accepts them (e.g. q, k float32 and v float16): the kernel
+loads one dtype for q, k and v, so the narrower tensors are upcast to the widest first.
+That is exact, and costs one elementwise pass over the upcast tensors (1/K of the state's
+bytes each). The output takes q's dtype, as FLA's does.
 
 Not supported (NotImplementedError): gk / gv (per-channel decays), per-channel beta
 [B, T, HV, V], several tokens per sequence together with cu_seqlens.
@@ -28,6 +35,7 @@ so pass beta and later arguments by keyword, as FLA's own callers do.
 import torch
 
 from . import _ops
+from ._gates import check_unit_cu_seqlens, same_qkv_dtype
 
 _WHO = "fused_recurrent_gated_delta_rule"
 
@@ -69,10 +77,13 @@ def fused_recurrent_gated_delta_rule(
                 f"{_WHO}: with cu_seqlens gdnkit runs one token per sequence; got {T} tokens "
                 f"for {N} sequences"
             )
+        check_unit_cu_seqlens(cu_seqlens, N, _WHO)
         steps = 1  # [1, N, ...]: the N tokens are the rows of one step
     else:
         N = B
         steps = T
+    out_dtype = q.dtype  # FLA's output takes q's dtype
+    q, k, v = same_qkv_dtype(q, k, v)
     if scale is None:
         scale = K**-0.5
     if g is None:
@@ -93,7 +104,7 @@ def fused_recurrent_gated_delta_rule(
         return _ops.decode_kw(
             q=qt, k=kt, v=vt, a=gt, b=bt, state=state, state_indices=idx,
             state_out_indices=out_idx, layout=_ops.KV, gate=_ops.PRECOMPUTED, l2norm=l2norm,
-            scale=float(scale), out_dtype=v.dtype)
+            scale=float(scale), out_dtype=out_dtype)
 
     if steps == 1 and not output_final_state and initial_state is not None:
         # Read the caller's state, write nothing: negative write slots.

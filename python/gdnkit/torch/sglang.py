@@ -11,7 +11,9 @@ here:
     from gdnkit.torch.sglang import fused_sigmoid_gating_delta_rule_update
 
 Same arguments and result (the output o, shaped like v, in q's dtype; the pool is
-updated in place) for one token per sequence: q, k [1, N, H, K] or [N, 1, H, K],
+updated in place) for one token per sequence: q, k [1, N, H, K] or [N, 1, H, K] (with or without cu_seqlens,
+which must then be [0, 1, ..., N]: anything else fails torch's asynchronous assert, with no
+host sync and before anything is written),
 v [.., HV, V], a, b [N, HV], the pool initial_state_source [slots, HV, V, K] (gdnkit's
 "vk" layout, as SGLang's kernels since they switched to V-major pools; pass
 state_layout="kv" for [slots, HV, K, V] pools), initial_state_indices [N] with

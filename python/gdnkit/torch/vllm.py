@@ -14,8 +14,8 @@ here:
     from gdnkit.torch.vllm import fused_recurrent_gated_delta_rule
 
 Same arguments and results, for one token per sequence (decode): q, k [B, T, H, K] and
-v [B, T, HV, V] with B*T = N sequences ([N, 1, ...], or [1, N, ...] with cu_seqlens
-[0, 1, ..., N]); a, b (or g, beta) [N, HV]; the state pool [slots, HV, V, K] (gdnkit's
+v [B, T, HV, V] with B*T = N sequences ([N, 1, ...]; with cu_seqlens [0, 1, ..., N]
+[1, N, ...] or [N, 1, ...]); a, b (or g, beta) [N, HV]; the state pool [slots, HV, V, K] (gdnkit's
 "vk" layout, vLLM's current one; pass state_layout="kv" for releases whose pool is
 [slots, HV, K, V]); ssm_state_indices [N] (or [N, T_max]) with -1 for padding rows
 (null_block_id=0 for releases that mark padding with slot 0); returns
@@ -26,31 +26,39 @@ use_qk_l2norm_in_kernel.
 Differences: padding rows get a zero output row (vLLM leaves them unwritten); without
 ssm_state_indices row n uses slot n. Not supported (NotImplementedError): more than one
 token per sequence, is_kda=True, per-channel beta, retrieve_parent_token (EAGLE trees),
-softplus thresholds below 15. cu_seqlens is taken to be [0, 1, ..., N] (it is not read,
-so nothing synchronizes with the device).
+softplus thresholds below 15. cu_seqlens must be [0, 1, ..., N] (one token per
+sequence): anything else fails torch's asynchronous assert (at once on the CPU, at the
+stream's next synchronization on a GPU, before the step writes anything), so the call
+never synchronizes with the device and never returns a silently wrong result.
 """
 import torch
 
 from . import _ops
-from ._gates import flat_indices, raw_gate_inputs
+from ._gates import check_unit_cu_seqlens, flat_indices, raw_gate_inputs
 
 _WHO = "fused_sigmoid_gating_delta_rule_update"
 _WHO_RECURRENT = "fused_recurrent_gated_delta_rule (vLLM)"
 
 
 def _one_token_per_sequence(q, k, cu_seqlens, who):
+    """N, the number of sequences. Without cu_seqlens [N, 1, ...]; with it [1, N, ...] or
+    [N, 1, ...] (SGLang's decode) and cu_seqlens = [0, 1, ..., N], checked without a host sync."""
     B, T = k.shape[0], k.shape[1]
-    if cu_seqlens is not None and q.shape[0] != 1:
-        raise ValueError(
-            f"The batch size is expected to be 1 rather than {q.shape[0]} when using "
-            f"`cu_seqlens`. Please flatten variable-length inputs before processing."
-        )
-    N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    if cu_seqlens is None:
+        N = B
+    else:
+        N = cu_seqlens.shape[0] - 1
+        if B != 1 and T != 1:
+            raise ValueError(
+                f"{who}: with cu_seqlens, q/k/v must be [1, N, H, K] or [N, 1, H, K]; got "
+                f"{tuple(k.shape)}")
     if B * T != N:
         raise NotImplementedError(
             f"{who}: gdnkit runs one token per sequence (decode); got {B * T} tokens for "
             f"{N} sequences"
         )
+    if cu_seqlens is not None:
+        check_unit_cu_seqlens(cu_seqlens, N, who)
     return N
 
 

@@ -1,0 +1,344 @@
+"""The FlashInfer drop-ins of gdnkit.torch (gated_delta_rule_decode_pretranspose,
+gated_delta_rule_decode, gated_delta_rule) against the float64 reference of
+torch_cases.py, with FlashInfer's shapes: q, k [B, 1, H, K], v [B, 1, HV, V],
+a, b [B, 1, HV], V-major pools [slots, HV, V, K] or K-major states [B, HV, K, V].
+
+Runs on CPU tensors wherever torch imports, and on CUDA tensors too when a GPU and a
+CUDA build of gdnkit are present. Skips cleanly without torch.
+"""
+import inspect
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+from gdnkit.torch import flashinfer as fi  # noqa: E402
+from torch_cases import DEVICES, TOL_OUT, TOL_STATE, assert_close, reference, rel  # noqa: E402
+
+# Qwen3-Next's head dims with fewer heads (it has H = 16, HV = 32); HV / H = 2 exercises
+# the q/k head sharing.
+B, H, HV, K, V = 4, 2, 4, 128, 128
+SLOTS = 2 * B + 2  # room for distinct read and write slots, and slot 0 kept free
+STATE_DTYPES = [torch.float32, torch.bfloat16]
+IN_DTYPES = [torch.bfloat16, torch.float16]
+
+
+def fi_inputs(device, *, dtype=torch.bfloat16, state_dtype=torch.float32, layout="vk",
+              slots=B, l2=True, dt_bias_dtype=torch.float32, seed=0):
+    """Realistic random inputs with a random initial state (fixed seed). Without the
+    in-kernel l2norm the caller hands in normalized q and k, as models that normalize
+    outside the kernel do."""
+    gen = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    q, k = r(B, 1, H, K), r(B, 1, H, K)
+    if not l2:
+        q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+    pool_shape = (slots, HV, V, K) if layout == "vk" else (slots, HV, K, V)
+    dt = torch.exp(torch.empty(HV).uniform_(math.log(1e-3), math.log(1e-1), generator=gen))
+    t = dict(
+        q=q.to(dtype), k=k.to(dtype), v=r(B, 1, HV, V).to(dtype),
+        a=r(B, 1, HV).to(dtype), b=r(B, 1, HV).to(dtype),
+        A_log=torch.log(torch.empty(HV).uniform_(1.0, 16.0, generator=gen)),
+        dt_bias=torch.log(torch.expm1(dt)).to(dt_bias_dtype),  # softplus(dt_bias) = dt
+        state=(0.5 * r(*pool_shape)).to(state_dtype),
+    )
+    return {n: x.to(device) for n, x in t.items()}
+
+
+def pool_slots(device, *, split, seed):
+    """(read, write or None) over SLOTS slots: distinct random slots from 1..SLOTS-1 (slot 0
+    is FlashInfer's null buffer, which gdnkit must never touch); row 1 is padding (-1),
+    and with split slots row 2 also reads but writes no state (-1)."""
+    gen = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(SLOTS - 1, generator=gen) + 1
+    read = perm[:B].clone()
+    read[1] = -1
+    write = None
+    if split:
+        write = perm[B:2 * B].clone()
+        write[2] = -1
+    as_idx = lambda x, dt: None if x is None else x.to(dt).to(device)  # noqa: E731
+    return as_idx(read, torch.int32), as_idx(write, torch.int64 if split else torch.int32)
+
+
+def fi_reference(t, read=None, write=None, *, layout="vk", l2=True, scale=None,
+                 softplus_beta=1.0, softplus_threshold=20.0):
+    """(o [B, 1, HV, V], new pool in the caller's layout), float64."""
+    pool_kv = t["state"].transpose(-1, -2) if layout == "vk" else t["state"]
+    o, new_kv = reference(t["q"][:, 0], t["k"][:, 0], t["v"][:, 0], t["a"][:, 0], t["b"][:, 0],
+                          t["A_log"], t["dt_bias"], pool_kv, read, write,
+                          l2="rsqrt" if l2 else "none", scale=scale,
+                          softplus_beta=softplus_beta, softplus_threshold=softplus_threshold)
+    return o.unsqueeze(1), (new_kv.transpose(-1, -2) if layout == "vk" else new_kv)
+
+
+def check_step(o, pool, before, o_ref, s_ref, read=None, write=None, *, out_dtype):
+    """Valid rows' outputs and the written slots within the project's tolerances; padding
+    rows' outputs exactly zero; every other slot (slot 0 included) bitwise unchanged."""
+    n = o.shape[0]
+    reads = list(range(n)) if read is None else read.cpu().tolist()
+    writes = reads if write is None else write.cpu().tolist()
+    valid = torch.tensor([s >= 0 for s in reads])
+    assert o.shape == (n, 1, HV, V) and o.dtype == out_dtype
+    o = o.cpu()
+    assert_close(o[valid], o_ref[valid], TOL_OUT[out_dtype], "output")
+    assert not o[~valid].any(), "padding rows must get a zero output"
+    written = sorted({w for r, w in zip(reads, writes) if r >= 0 and w >= 0})
+    kept = [s for s in range(pool.shape[0]) if s not in written]
+    assert_close(pool.cpu()[written], s_ref[written], TOL_STATE[pool.dtype], "written slots")
+    assert torch.equal(pool.cpu()[kept], before.cpu()[kept]), "a slot no row writes changed"
+
+
+def output_buffer(device, kind, dtype):
+    """None, or a preallocated output ([B, 1, HV, V], NaN-filled so that every element the
+    call must write is seen written) in q's dtype ("same") or float32."""
+    if kind is None:
+        return None
+    out_dtype = dtype if kind == "same" else torch.float32
+    return torch.full((B, 1, HV, V), float("nan"), dtype=out_dtype, device=device)
+
+
+# ---- signatures ---------------------------------------------------------------------------------
+
+_EMPTY = inspect.Parameter.empty
+_KW = inspect.Parameter.KEYWORD_ONLY
+_DECODE_PARAMS = [("q", _EMPTY), ("k", _EMPTY), ("v", _EMPTY), ("state", _EMPTY),
+                  ("A_log", _EMPTY), ("a", _EMPTY), ("dt_bias", _EMPTY), ("b", _EMPTY),
+                  ("scale", None), ("output", None), ("use_qk_l2norm", True)]
+
+
+@pytest.mark.parametrize("fn,expected", [
+    (fi.gated_delta_rule_decode_pretranspose,
+     _DECODE_PARAMS + [("initial_state", None), ("initial_state_indices", None),
+                       ("output_state_indices", None), ("*intermediate_states_buffer", None),
+                       ("*disable_state_update", False)]),
+    (fi.gated_delta_rule_decode, _DECODE_PARAMS),
+    (fi.gated_delta_rule,
+     [("A_log", _EMPTY), ("a", _EMPTY), ("dt_bias", _EMPTY), ("softplus_beta", 1.0),
+      ("softplus_threshold", 20.0), ("q", None), ("k", None), ("v", None), ("b", None),
+      ("initial_state_source", None), ("initial_state_indices", None),
+      ("output_state_indices", None), ("output", None), ("use_qk_l2norm_in_kernel", True),
+      ("scale", None)]),
+])
+def test_signatures(fn, expected):
+    """FlashInfer's parameter order, names and defaults (callers pass many positionally);
+    a leading * marks a keyword-only parameter."""
+    params = inspect.signature(fn).parameters.values()
+    got = [("*" if p.kind == _KW else "") + p.name for p in params]
+    assert got == [name for name, _ in expected]
+    defaults = [p.default for p in params]
+    assert defaults == [default for _, default in expected]
+
+
+# ---- gated_delta_rule_decode_pretranspose -------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("state_dtype", STATE_DTYPES)
+@pytest.mark.parametrize("dtype", IN_DTYPES)
+@pytest.mark.parametrize("l2", [True, False])
+@pytest.mark.parametrize("scale", [None, 0.3])
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("out", [None, "same", "float32"])
+def test_pretranspose_pool(device, state_dtype, dtype, l2, scale, split, out):
+    """Pool mode: initial_state [SLOTS, HV, V, K] with initial_state_indices (and
+    output_state_indices when split), -1 padding rows; state=None as FlashInfer's callers
+    pass it. Returns (output, initial_state), the pool updated in place."""
+    t = fi_inputs(device, dtype=dtype, state_dtype=state_dtype, slots=SLOTS, l2=l2, seed=1)
+    read, write = pool_slots(device, split=split, seed=2)
+    o_ref, s_ref = fi_reference(t, read, write, l2=l2, scale=scale)
+    pool = t["state"].clone()
+    output = output_buffer(device, out, dtype)
+    o, ret = fi.gated_delta_rule_decode_pretranspose(
+        t["q"], t["k"], t["v"], None, t["A_log"], t["a"], t["dt_bias"], t["b"], scale=scale,
+        output=output, use_qk_l2norm=l2, initial_state=pool, initial_state_indices=read,
+        output_state_indices=write)
+    assert ret is pool
+    if output is not None:
+        assert o is output
+    check_step(o, pool, t["state"], o_ref, s_ref, read, write,
+               out_dtype=dtype if output is None else output.dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("state_dtype", STATE_DTYPES)
+@pytest.mark.parametrize("dtype", IN_DTYPES)
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_pretranspose_state(device, state_dtype, dtype, contiguous):
+    """Per-batch state [B, HV, V, K] (row n is slot n), updated in place and returned; a
+    non-contiguous state view is updated in place too."""
+    t = fi_inputs(device, dtype=dtype, state_dtype=state_dtype, seed=3)
+    o_ref, s_ref = fi_reference(t)
+    if contiguous:
+        state = t["state"].clone()
+    else:
+        state = t["state"].transpose(-1, -2).contiguous().transpose(-1, -2)
+        assert state.stride(-1) != 1 and torch.equal(state, t["state"])
+    o, ret = fi.gated_delta_rule_decode_pretranspose(
+        t["q"], t["k"], t["v"], state, t["A_log"], t["a"], t["dt_bias"], t["b"])
+    assert ret is state
+    check_step(o, state, t["state"], o_ref, s_ref, out_dtype=dtype)
+
+
+# ---- gated_delta_rule_decode (K-major) -------------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("state_dtype", STATE_DTYPES)
+@pytest.mark.parametrize("dtype", IN_DTYPES)
+@pytest.mark.parametrize("l2", [True, False])
+@pytest.mark.parametrize("scale", [None, 0.3])
+@pytest.mark.parametrize("out", [None, "same", "float32"])
+def test_decode_kmajor(device, state_dtype, dtype, l2, scale, out):
+    """State [B, HV, K, V] updated in place; returns (output, state)."""
+    t = fi_inputs(device, dtype=dtype, state_dtype=state_dtype, layout="kv", l2=l2, seed=4)
+    o_ref, s_ref = fi_reference(t, layout="kv", l2=l2, scale=scale)
+    state = t["state"].clone()
+    output = output_buffer(device, out, dtype)
+    o, ret = fi.gated_delta_rule_decode(t["q"], t["k"], t["v"], state, t["A_log"], t["a"],
+                                        t["dt_bias"], t["b"], scale, output, l2)
+    assert ret is state
+    if output is not None:
+        assert o is output
+    check_step(o, state, t["state"], o_ref, s_ref,
+               out_dtype=dtype if output is None else output.dtype)
+
+
+# ---- gated_delta_rule (the BF16-state entry) ------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("state_dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dtype", IN_DTYPES)
+@pytest.mark.parametrize("l2", [True, False])
+@pytest.mark.parametrize("scale", [None, 0.3])
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("out", [None, "same"])
+def test_gated_delta_rule_pool(device, state_dtype, dtype, l2, scale, split, out):
+    """Keyword call as FlashInfer's own dispatcher makes it; returns only the output and
+    updates initial_state_source in place."""
+    t = fi_inputs(device, dtype=dtype, state_dtype=state_dtype, slots=SLOTS, l2=l2, seed=5)
+    read, write = pool_slots(device, split=split, seed=6)
+    o_ref, s_ref = fi_reference(t, read, write, l2=l2, scale=scale)
+    pool = t["state"].clone()
+    output = output_buffer(device, out, dtype)
+    o = fi.gated_delta_rule(
+        A_log=t["A_log"], a=t["a"], dt_bias=t["dt_bias"], softplus_beta=1.0,
+        softplus_threshold=20.0, q=t["q"], k=t["k"], v=t["v"], b=t["b"],
+        initial_state_source=pool, initial_state_indices=read, output_state_indices=write,
+        use_qk_l2norm_in_kernel=l2, scale=scale, output=output)
+    assert torch.is_tensor(o)
+    if output is not None:
+        assert o is output
+    check_step(o, pool, t["state"], o_ref, s_ref, read, write, out_dtype=dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("softplus_beta,softplus_threshold", [(2.0, 20.0), (0.5, 15.0)])
+def test_gated_delta_rule_softplus(device, softplus_beta, softplus_threshold):
+    """softplus_beta / softplus_threshold, positional as FlashInfer's signature orders
+    them, with a bfloat16 dt_bias (FlashInfer takes bfloat16 or float32)."""
+    t = fi_inputs(device, state_dtype=torch.bfloat16, slots=SLOTS,
+                  dt_bias_dtype=torch.bfloat16, seed=7)
+    read, _ = pool_slots(device, split=False, seed=8)
+    o_ref, s_ref = fi_reference(t, read, softplus_beta=softplus_beta,
+                                softplus_threshold=softplus_threshold)
+    pool = t["state"].clone()
+    o = fi.gated_delta_rule(t["A_log"], t["a"], t["dt_bias"], softplus_beta, softplus_threshold,
+                            t["q"], t["k"], t["v"], t["b"], pool, read)
+    check_step(o, pool, t["state"], o_ref, s_ref, read, out_dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gated_delta_rule_without_indices(device):
+    """No initial_state_indices: row n reads and writes slot n; slots >= B untouched."""
+    t = fi_inputs(device, state_dtype=torch.bfloat16, slots=SLOTS, seed=9)
+    o_ref, s_ref = fi_reference(t)
+    pool = t["state"].clone()
+    o = fi.gated_delta_rule(t["A_log"], t["a"], t["dt_bias"], q=t["q"], k=t["k"], v=t["v"],
+                            b=t["b"], initial_state_source=pool)
+    check_step(o, pool, t["state"], o_ref, s_ref, out_dtype=torch.bfloat16)
+    assert fi.gated_delta_rule_bf16state_cooprow is fi.gated_delta_rule
+
+
+# ---- float16 inputs are read as float16 --------------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("state_dtype", STATE_DTYPES)
+def test_fp16_inputs_not_rounded_to_bf16(device, state_dtype):
+    """The same values as float16 and as bfloat16: gdnkit reads float16 natively (FlashInfer
+    would round it to bfloat16 and return the bfloat16 result bit for bit). The float16
+    result is at least as close to the caller's unrounded values as the bfloat16 one,
+    within the bfloat16 tolerance of it, and not identical to it. Float32 outputs, so that
+    only the inputs' precision differs between the two runs."""
+    t = fi_inputs(device, dtype=torch.float32, state_dtype=state_dtype, slots=SLOTS, seed=10)
+    read, _ = pool_slots(device, split=False, seed=11)
+    o_true, s_true = fi_reference(t, read)
+    valid = (read >= 0).cpu()
+    written = read[read >= 0].long().cpu()
+    runs = {}
+    for dtype in (torch.float16, torch.bfloat16):
+        ti = dict(t, **{n: t[n].to(dtype) for n in ("q", "k", "v", "a", "b")})
+        pool = t["state"].clone()
+        output = torch.empty(B, 1, HV, V, dtype=torch.float32, device=device)
+        o, _ = fi.gated_delta_rule_decode_pretranspose(
+            ti["q"], ti["k"], ti["v"], None, ti["A_log"], ti["a"], ti["dt_bias"], ti["b"],
+            output=output, initial_state=pool, initial_state_indices=read)
+        o_ref, s_ref = fi_reference(ti, read)  # from the values as stored in `dtype`
+        check_step(o, pool, t["state"], o_ref, s_ref, read, out_dtype=torch.float32)
+        runs[dtype] = (o.cpu()[valid], pool.cpu()[written])
+    (o16, s16), (obf, sbf) = runs[torch.float16], runs[torch.bfloat16]
+    assert rel(o16, o_true[valid]) <= rel(obf, o_true[valid])
+    assert rel(s16, s_true[written]) <= rel(sbf, s_true[written])
+    assert_close(o16, obf, TOL_OUT[torch.bfloat16], "float16 vs bfloat16 output")
+    assert_close(s16, sbf, TOL_STATE[torch.bfloat16], "float16 vs bfloat16 state")
+    assert not torch.equal(o16, obf)
+
+
+# ---- refused calls ----------------------------------------------------------------------------
+
+def test_refused():
+    """Unsupported options raise NotImplementedError naming the argument; arguments
+    FlashInfer asserts on raise ValueError; nothing is written either way."""
+    t = fi_inputs("cpu", state_dtype=torch.bfloat16, slots=SLOTS, seed=12)
+    read, _ = pool_slots("cpu", split=False, seed=13)
+    pool = t["state"].clone()
+    gates = (t["A_log"], t["a"], t["dt_bias"], t["b"])
+    q2, k2 = (torch.cat([t[n], t[n]], 1) for n in ("q", "k"))  # T = 2
+    v2 = torch.cat([t["v"], t["v"]], 1)
+
+    def pretranspose(q=t["q"], k=t["k"], v=t["v"], **kw):
+        kw.setdefault("initial_state", pool)
+        kw.setdefault("initial_state_indices", read)
+        return fi.gated_delta_rule_decode_pretranspose(q, k, v, None, *gates[:3], gates[3], **kw)
+
+    with pytest.raises(NotImplementedError, match="T = 2"):
+        pretranspose(q2, k2, v2)
+    with pytest.raises(NotImplementedError, match="T = 2"):
+        pretranspose(q2, k2, v2, disable_state_update=True)
+    with pytest.raises(NotImplementedError, match="T = 2"):
+        fi.gated_delta_rule_decode(q2, k2, v2, pool[:B].transpose(-1, -2), *gates)
+    with pytest.raises(NotImplementedError, match="T = 2"):
+        fi.gated_delta_rule(*gates[:3], q=q2, k=k2, v=v2, b=t["b"], initial_state_source=pool,
+                            initial_state_indices=read)
+    with pytest.raises(ValueError, match="disable_state_update"):
+        pretranspose(disable_state_update=True)
+    with pytest.raises(ValueError, match="intermediate_states_buffer"):
+        pretranspose(intermediate_states_buffer=torch.empty(B, 1, HV, V, K, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="initial_state_indices"):
+        pretranspose(initial_state_indices=None)
+    with pytest.raises(ValueError, match="output_state_indices"):
+        fi.gated_delta_rule_decode_pretranspose(
+            t["q"], t["k"], t["v"], pool[:B], *gates[:3], gates[3], output_state_indices=read)
+    with pytest.raises(ValueError, match="initial_state_indices must be int32 or int64"):
+        pretranspose(initial_state_indices=read.float())
+    with pytest.raises(ValueError, match="K-contiguous"):
+        pretranspose(initial_state=pool.transpose(-1, -2).contiguous().transpose(-1, -2))
+    with pytest.raises(ValueError, match="output shape"):
+        pretranspose(output=torch.empty(B, HV, V, dtype=torch.bfloat16))
+    with pytest.raises(NotImplementedError, match="scale"):
+        pretranspose(scale=0.0)
+    with pytest.raises(NotImplementedError, match="threshold"):
+        fi.gated_delta_rule(*gates[:3], 1.0, 10.0, t["q"], t["k"], t["v"], t["b"], pool, read)
+    with pytest.raises(ValueError, match="initial_state_source"):
+        fi.gated_delta_rule(*gates[:3], q=t["q"], k=t["k"], v=t["v"], b=t["b"])
+    assert torch.equal(pool, t["state"])
