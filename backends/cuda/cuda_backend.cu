@@ -70,6 +70,12 @@ bool cuda_available(char* why, size_t why_size) {
 }
 
 Status cuda_can_implement(const DecodeParams& p) {
+  // The kernels run one token per row; the multi-token step has only its host reference so far.
+  if (const char* member = multi_token_member(p))
+    return make_status(StatusCode::kUnsupported,
+                       "%s: multi-token decode (num_tokens %d) is not implemented by the " GDN_BACKEND_NAME
+                       " backend yet; the host backend runs it",
+                       member, p.num_tokens);
   // The state moves in 16-byte vectors: every (slot, head) matrix row must start 16-byte aligned.
   const size_t elem = dtype_size(p.state_dtype);
   if (reinterpret_cast<uintptr_t>(p.state) % 16 != 0)

@@ -29,14 +29,12 @@
 #include "gdnkit/backend.hpp"
 #include "gdnkit/gdnkit.hpp"
 #include "gdnkit/half.hpp"
+#include "host_common.hpp"
 
 namespace gdn {
-namespace {
+namespace host {
 
-using HostExec = Kokkos::DefaultHostExecutionSpace;
-
-// Kokkos must be initialized once per process; an application that already
-// did it keeps its own settings.
+// An application that already initialized Kokkos keeps its own settings.
 void ensure_kokkos() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -49,15 +47,13 @@ void ensure_kokkos() {
   });
 }
 
-int64_t read_index(const void* base, IndexType t, int64_t b) {
-  return t == IndexType::kI64 ? static_cast<const int64_t*>(base)[b]
-                              : int64_t(static_cast<const int32_t*>(base)[b]);
-}
+}  // namespace host
 
-// softplus as torch computes it: linear above 20, never overflows.
-double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
+namespace {
 
-double silu(double t) { return t / (1.0 + std::exp(-t)); }
+using HostExec = Kokkos::DefaultHostExecutionSpace;
+using host::read_index;
+using host::silu;
 
 // The conv prologue's reads (phase 1, every row) happen before any of its
 // writes (phase 2), so rows that share a read slot see the same old window
@@ -127,9 +123,7 @@ struct HostStep {
     }
     const bool write_state = s_out >= 0 && s_out < p.num_slots;
 
-    // hk = h / G (interleaved) or h % Hk (tiled)
-    const int64_t G = Hv / p.num_k_heads;
-    const int64_t hk = p.head_map == HeadMap::kInterleaved ? h / G : h % p.num_k_heads;
+    const int64_t hk = host::k_head_of(p, h);
 
     double q[kMaxHeadDim], k[kMaxHeadDim], u[kMaxHeadDim], o[kMaxHeadDim];
     const int64_t q_base = b * p.q_batch_stride + hk * p.q_head_stride;
@@ -144,31 +138,11 @@ struct HostStep {
       qq += q[i] * q[i];
       kk += k[i] * k[i];
     }
-    if (p.l2norm != L2Norm::kNone) {
-      const double eps = double(p.l2norm_eps);
-      // rsqrt mode: x / sqrt(sum x^2 + eps); max-norm mode: x / max(||x||, eps)
-      const double q_div = p.l2norm == L2Norm::kRsqrt ? std::sqrt(qq + eps)
-                                                      : std::fmax(std::sqrt(qq), eps);
-      const double k_div = p.l2norm == L2Norm::kRsqrt ? std::sqrt(kk + eps)
-                                                      : std::fmax(std::sqrt(kk), eps);
-      for (int64_t i = 0; i < Dk; ++i) {
-        q[i] /= q_div;
-        k[i] /= k_div;
-      }
-    }
+    host::l2_normalize(p, q, k, qq, kk);
 
-    const double a = load_element(p.a, p.ab_dtype, b * p.a_batch_stride + h);
-    const double braw = load_element(p.b, p.ab_dtype, b * p.b_batch_stride + h);
-    double g, beta;
-    if (p.gate == Gate::kRaw) {
-      // g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b)
-      g = -std::exp(double(p.A_log[h])) * softplus(a + double(p.dt_bias[h]));
-      beta = 1.0 / (1.0 + std::exp(-braw));
-    } else {
-      g = a;
-      beta = braw;
-    }
-    const double decay = std::exp(g);
+    const host::Gates gt = host::gates_of(p, h, load_element(p.a, p.ab_dtype, b * p.a_batch_stride + h),
+                                          load_element(p.b, p.ab_dtype, b * p.b_batch_stride + h));
+    const double decay = gt.decay, beta = gt.beta;
 
     const int64_t in_base = s_in * p.state_slot_stride + h * Dk * Dv;
     const int64_t out_base = s_out * p.state_slot_stride + h * Dk * Dv;
@@ -199,16 +173,7 @@ struct HostStep {
       }
       o[j] = scale * acc;
     }
-    if (p.norm_weight != nullptr) {
-      // out[j] = w[j] * o[j] * rsqrt(mean_j(o^2) + eps) * silu(z[j])
-      double ss = 0.0;
-      for (int64_t j = 0; j < Dv; ++j) ss += o[j] * o[j];
-      const double rstd = 1.0 / std::sqrt(ss / double(Dv) + double(p.norm_eps));
-      const int64_t z_base = b * p.z_batch_stride + h * p.z_head_stride;
-      for (int64_t j = 0; j < Dv; ++j)
-        o[j] = load_element(p.norm_weight, p.qkv_dtype, j) * o[j] * rstd *
-               silu(load_element(p.z, p.qkv_dtype, z_base + j));
-    }
+    if (p.norm_weight != nullptr) host::gated_rmsnorm(p, o, b * p.z_batch_stride + h * p.z_head_stride);
     for (int64_t j = 0; j < Dv; ++j) store_element(p.o, p.o_dtype, o_base + j, o[j]);
   }
 };
@@ -220,7 +185,8 @@ bool host_available(char* why, size_t why_size) {
 }
 
 Status host_decode(const DecodeParams& p) {
-  ensure_kokkos();
+  host::ensure_kokkos();
+  if (is_multi_token(p)) return host::decode_multi_token(p);
   // Count out-of-range indices once per row (not per head), before any work.
   if (p.index_dtype != IndexType::kNone && p.invalid_index_count != nullptr) {
     uint32_t bad = 0;
@@ -260,7 +226,7 @@ Status host_copy(void* dst, const void* src, size_t bytes, CopyKind) {
 }
 Status host_sync(void*) { return Status::success(); }
 void host_describe(char* buf, size_t size) {
-  ensure_kokkos();
+  host::ensure_kokkos();
   std::snprintf(buf, size, "host: Kokkos %d.%d.%d, execution space %s, concurrency %d",
                 KOKKOS_VERSION / 10000, KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100,
                 HostExec::name(), int(HostExec().concurrency()));

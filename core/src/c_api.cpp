@@ -65,6 +65,27 @@ gdn::DecodeParams from_c(const gdn_decode_params& c) {
   p.norm_weight = c.norm_weight;
   p.norm_eps = c.norm_eps;
   p.programmatic_launch = c.programmatic_launch != 0;
+  p.num_tokens = c.num_tokens;
+  p.q_token_stride = c.q_token_stride;
+  p.k_token_stride = c.k_token_stride;
+  p.v_token_stride = c.v_token_stride;
+  p.a_token_stride = c.a_token_stride;
+  p.b_token_stride = c.b_token_stride;
+  p.o_token_stride = c.o_token_stride;
+  p.z_token_stride = c.z_token_stride;
+  p.x_token_stride = c.x_token_stride;
+  p.cu_seqlens = c.cu_seqlens;
+  p.total_tokens = c.total_tokens;
+  p.token_state_indices = c.token_state_indices;
+  p.token_state_indices_stride = c.token_state_indices_stride;
+  p.num_accepted_tokens = c.num_accepted_tokens;
+  p.intermediate_states = c.intermediate_states;
+  p.intermediate_batch_stride = c.intermediate_batch_stride;
+  p.intermediate_token_stride = c.intermediate_token_stride;
+  p.intermediate_conv_states = c.intermediate_conv_states;
+  p.intermediate_conv_batch_stride = c.intermediate_conv_batch_stride;
+  p.intermediate_conv_token_stride = c.intermediate_conv_token_stride;
+  p.update_state = c.update_state != 0;
   return p;
 }
 
@@ -127,6 +148,27 @@ gdn_decode_params to_c(const gdn::DecodeParams& p) {
   c.norm_weight = p.norm_weight;
   c.norm_eps = p.norm_eps;
   c.programmatic_launch = p.programmatic_launch ? 1 : 0;
+  c.num_tokens = p.num_tokens;
+  c.q_token_stride = p.q_token_stride;
+  c.k_token_stride = p.k_token_stride;
+  c.v_token_stride = p.v_token_stride;
+  c.a_token_stride = p.a_token_stride;
+  c.b_token_stride = p.b_token_stride;
+  c.o_token_stride = p.o_token_stride;
+  c.z_token_stride = p.z_token_stride;
+  c.x_token_stride = p.x_token_stride;
+  c.cu_seqlens = p.cu_seqlens;
+  c.total_tokens = p.total_tokens;
+  c.token_state_indices = p.token_state_indices;
+  c.token_state_indices_stride = p.token_state_indices_stride;
+  c.num_accepted_tokens = p.num_accepted_tokens;
+  c.intermediate_states = p.intermediate_states;
+  c.intermediate_batch_stride = p.intermediate_batch_stride;
+  c.intermediate_token_stride = p.intermediate_token_stride;
+  c.intermediate_conv_states = p.intermediate_conv_states;
+  c.intermediate_conv_batch_stride = p.intermediate_conv_batch_stride;
+  c.intermediate_conv_token_stride = p.intermediate_conv_token_stride;
+  c.update_state = p.update_state ? 1 : 0;
   return c;
 }
 

@@ -109,6 +109,23 @@ typedef struct gdn_decode_params {
   /* 0 or 1: programmatic dependent launch (CUDA sm_90), a scheduling hint
    * with no effect on results; see params.hpp for the caller's promise. */
   int32_t programmatic_launch;
+
+  /* multi-token decode (speculative decoding); see params.hpp for the rules.
+   * num_tokens = T in [1, 16]; token t of row b sits at b*batch_stride +
+   * t*token_stride (dense (B, T, ...)) or (cu_seqlens[b] + t)*token_stride. */
+  int32_t num_tokens; /* default 1 */
+  int64_t q_token_stride, k_token_stride, v_token_stride, a_token_stride;
+  int64_t b_token_stride, o_token_stride, z_token_stride, x_token_stride;
+  const void* cu_seqlens;          /* (B + 1), index_dtype, or NULL */
+  int64_t total_tokens;            /* tokens in the packed tensors with cu_seqlens */
+  const void* token_state_indices; /* (B, T), index_dtype: slot of the state after token t */
+  int64_t token_state_indices_stride;
+  const void* num_accepted_tokens;  /* (B), index_dtype: initial slot token_state_indices[b, n-1] */
+  void* intermediate_states;        /* (B, T) states, each laid out as a slot, or NULL */
+  int64_t intermediate_batch_stride, intermediate_token_stride;
+  void* intermediate_conv_states;   /* (B, T) conv states (the pool's strides), or NULL */
+  int64_t intermediate_conv_batch_stride, intermediate_conv_token_stride;
+  int32_t update_state;             /* default 1; 0: neither pool written */
 } gdn_decode_params;
 
 /* Set every member to the library default (the C++ struct's initializers). */

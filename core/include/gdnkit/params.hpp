@@ -122,7 +122,70 @@ struct DecodeParams {
   // one-wave grid then pads its shared memory so its blocks spread over the
   // SMs (docs/operation.md).
   bool programmatic_launch{false};
+
+  // ---- multi-token decode (speculative decoding; optional) ------------------
+  // num_tokens = T > 1: each row carries up to T tokens that run in order on
+  // the row's state (read once, kept on chip, rounded to state_dtype after
+  // every token exactly as a write and a read back would round it, so one call
+  // equals T calls of one token). Every token has its own q, k, v, a, b, z, x
+  // and output. Token t of row b sits at
+  //   b * <t>_batch_stride + t * <t>_token_stride             (dense (B, T, ...))
+  //   (cu_seqlens[b] + t) * <t>_token_stride                  (with cu_seqlens)
+  // plus the head offset, for every token-major tensor <t> of q, k, v, a, b,
+  // o, z, x. The token strides are unused when T = 1 and cu_seqlens is null.
+  int32_t num_tokens{1};  // T: 1 .. kMaxTokens
+  int64_t q_token_stride{0};
+  int64_t k_token_stride{0};
+  int64_t v_token_stride{0};
+  int64_t a_token_stride{0};
+  int64_t b_token_stride{0};
+  int64_t o_token_stride{0};
+  int64_t z_token_stride{0};
+  int64_t x_token_stride{0};
+  // Optional (B + 1), index_dtype (vLLM's query_start_loc): row b owns the
+  // packed tokens [cu_seqlens[b], cu_seqlens[b+1]), at most T of them, in
+  // token-major tensors of total_tokens tokens (the batch strides unused). A
+  // row whose range is not 0 <= cu[b] <= cu[b+1] <= total_tokens with at
+  // most T tokens is a caller bug: nothing read or written, counted once.
+  void const* cu_seqlens{nullptr};
+  int64_t total_tokens{0};  // with cu_seqlens: tokens in q, k, v, a, b, o, z, x
+  // Optional (B, T) per-token slots, index_dtype, rows token_state_indices_stride
+  // apart (vLLM's ssm_state_indices, FlashInfer's ssm_state_indices): the
+  // state (and conv state) after token t of row b is written to slot
+  // token_state_indices[b, t] (negative: not written; >= num_slots: not
+  // written, counted); no final write besides. The initial state is read from
+  // state_indices[b] when given, else from token_state_indices[b, n - 1] with
+  // n = num_accepted_tokens[b] (1 when that is null; vLLM's rule); n outside
+  // [1, T] is a caller bug (padding, counted).
+  void const* token_state_indices{nullptr};
+  int64_t token_state_indices_stride{0};  // >= T
+  void const* num_accepted_tokens{nullptr};  // (B), index_dtype; needs token_state_indices
+  // Optional dense buffer of every token's state (FlashInfer's
+  // intermediate_states_buffer): the state after token t of row b to
+  // intermediate_states + b * batch stride + t * token stride, heads packed
+  // as in a slot, in state_dtype and layout. intermediate_conv_states, the
+  // same for the conv state (the pool's channel and tap strides; optional,
+  // with the conv prologue only).
+  void* intermediate_states{nullptr};
+  int64_t intermediate_batch_stride{0};
+  int64_t intermediate_token_stride{0};  // >= Hv*Dk*Dv
+  void* intermediate_conv_states{nullptr};
+  int64_t intermediate_conv_batch_stride{0};
+  int64_t intermediate_conv_token_stride{0};  // >= one conv slot's span
+  // false: neither pool is written (FlashInfer's disable_state_update); the
+  // outputs and the intermediate buffers still are. Not with token_state_indices.
+  bool update_state{true};
 };
+
+// Most tokens a row may carry in one call (MTP verifies 1 + k drafts, k <= 8 in practice).
+constexpr int32_t kMaxTokens = 16;
+
+// True when a call uses any multi-token member (T > 1, cu_seqlens, per-token
+// slots, intermediate buffers or update_state = false): such calls run the
+// multi-token path of every backend.
+bool is_multi_token(const DecodeParams& p);
+// The first multi-token member a call uses (its name), or nullptr.
+const char* multi_token_member(const DecodeParams& p);
 
 // Largest head dim any backend accepts; head dims are multiples of kHeadDimAlign.
 constexpr int32_t kMaxHeadDim = 256;
@@ -132,17 +195,20 @@ constexpr int32_t kHeadDimAlign = 16;
 float effective_scale(const DecodeParams& p);
 
 // Fill q/k/v pointers and strides from one packed mixed_qkv buffer
-// (B, 2*Hk*Dk + Hv*Dv) whose rows are row_stride elements apart.
-// Sizes and qkv_dtype must be set first.
+// (B, T, 2*Hk*Dk + Hv*Dv), one row a token, rows row_stride elements apart
+// (batch stride T * row_stride; 0 with cu_seqlens, the tokens packed).
+// Sizes, num_tokens, cu_seqlens and qkv_dtype must be set first.
 void set_packed_qkv(DecodeParams& p, void const* mixed_qkv, int64_t row_stride);
 
 // Channels of the conv prologue's packed row: 2*Hk*Dk + Hv*Dv.
 int64_t conv_dim(const DecodeParams& p);
 
 // Fill every stride for dense, contiguous tensors from the sizes
-// (q, k: (B, Hk, Dk); v, o, z: (B, Hv, Dv); a, b: (B, Hv); pool: Hv*Dk*Dv per
-// slot; x: (B, conv_dim); conv state (num_slots, conv_dim, W-1) when
-// conv_width is set).
+// (q, k: (B, T, Hk, Dk); v, o, z: (B, T, Hv, Dv); a, b: (B, T, Hv); pool:
+// Hv*Dk*Dv per slot; x: (B, T, conv_dim); conv state (num_slots, conv_dim,
+// W-1) when conv_width is set; with cu_seqlens the tensors are (total_tokens,
+// ...) and the batch strides 0; token_state_indices (B, T); the intermediate
+// buffers (B, T, ...) when given).
 void set_dense_strides(DecodeParams& p);
 
 }  // namespace gdn
