@@ -6,9 +6,12 @@ never imports or calls gdnkit. The format is described in docs/golden-format.md:
 version 1 is the decode step alone; version 2 adds the optional conv1d prologue
 (x, conv_state, conv_weight, conv_bias -> expected_conv_state) and the gated
 RMSNorm epilogue (z, norm_weight). Only cases that use them say version 2.
+Version 3 gives each row several tokens (speculative decoding): the mt_ cases.
 
     gen_golden.py --out DIR                        the standard set (tests/golden)
     gen_golden.py --out DIR --random N --seed S    N random cases with random options
+    gen_golden.py --out DIR --random N --seed S --multi-token
+                                                   N random version 3 cases
     gen_golden.py --list                           the names of the standard cases
 
 Every case draws its inputs from numpy.random.default_rng(seed) with a fixed
@@ -36,12 +39,17 @@ except ImportError:  # pragma: no cover
 # live next to this file. Run as a script, as before: no bytecode written into tools/.
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from golden_cases import CASES, DEFAULTS, describe, random_case  # noqa: E402
-from golden_reference import (DTYPE_SIZE, conv_reference, decode, encode,  # noqa: E402
-                              gated_rmsnorm, reference)
+from golden_cases import CASES, DEFAULTS, describe, random_case, random_case_multi  # noqa: E402
+from golden_reference import (DTYPE_SIZE, check_slot_rule, conv_reference, count_invalid_multi,  # noqa: E402
+                              decode, encode, gated_rmsnorm, multi_token_plan, reference,
+                              reference_multi, reference_multi_chained)
 
 FORMAT_VERSION = "1"    # cases with neither of the optional stages (the original format)
 FORMAT_VERSION_2 = "2"  # cases that use the conv1d prologue or the gated RMSNorm epilogue
+FORMAT_VERSION_3 = "3"  # several tokens per row (speculative decoding)
+
+# the per-token tensors: (B, T, ...) dense, (total_tokens, ...) packed by cu_seqlens
+PER_TOKEN = ("q", "k", "v", "z", "mixed_qkv", "x", "a", "b", "expected_o")
 
 # ---------------------------------------------------------------------------
 # safetensors, written by hand
@@ -172,16 +180,11 @@ def _draw_inputs(c, rng, num_slots):
     return x, shape_state
 
 
-def _round_and_run(c, x, num_slots, scale):
-    """Round the inputs to their storage dtypes and run the reference on the rounded values.
+def _round_inputs(c, x):
+    """Round the inputs (all but the index arrays) to their storage dtypes.
 
-    Returns (stored, o, new_state, new_conv_state (None without conv), invalid index count)."""
-    B, Hk, Hv, Dk, Dv = c["B"], c["Hk"], c["Hv"], c["Dk"], c["Dv"]
+    Returns (stored: name -> stored representation, val: name -> the float64 values it holds)."""
     dt, st = c["dtype"], c["state_dtype"]
-    conv, norm = c["conv_width"] > 0, c["norm"]
-    new_conv_state = None
-
-    # ---- round to the storage dtypes; the reference sees only the rounded values ----
     stored, val = {}, {}
     for n in ("q", "k", "v", "a", "b"):
         stored[n] = encode(x[n], dt)
@@ -192,17 +195,30 @@ def _round_and_run(c, x, num_slots, scale):
             val[n] = decode(stored[n], "F32")
     stored["state"] = encode(x["state"], st)
     val["state"] = decode(stored["state"], st)
+    v2_names = [n for n in ("x", "conv_weight", "conv_bias", "conv_state", "z", "norm_weight")
+                if n in x and (n != "conv_bias" or c["conv_bias"])]
+    for n in v2_names:  # all in the q/k/v dtype
+        stored[n] = encode(x[n], dt)
+        val[n] = decode(stored[n], dt)
+    return stored, val
+
+
+def _round_and_run(c, x, num_slots, scale):
+    """Round the inputs to their storage dtypes and run the reference on the rounded values.
+
+    Returns (stored, o, new_state, new_conv_state (None without conv), invalid index count)."""
+    B, Hk, Hv, Dk, Dv = c["B"], c["Hk"], c["Hv"], c["Dk"], c["Dv"]
+    conv, norm = c["conv_width"] > 0, c["norm"]
+    new_conv_state = None
+
+    # ---- round to the storage dtypes; the reference sees only the rounded values ----
+    stored, val = _round_inputs(c, x)
     for n in ("state_indices", "state_out_indices"):
         if c[n] is not None:
             stored[n] = encode(np.array(c[n], dtype=np.int64), c["index_dtype"])
             assert stored[n].astype(np.int64).tolist() == list(c[n]), f"{n} does not fit {c['index_dtype']}"
             val[n] = stored[n].astype(np.int64)
 
-    v2_names = [n for n in ("x", "conv_weight", "conv_bias", "conv_state", "z", "norm_weight")
-                if n in x and (n != "conv_bias" or c["conv_bias"])]
-    for n in v2_names:  # all in the q/k/v dtype
-        stored[n] = encode(x[n], dt)
-        val[n] = decode(stored[n], dt)
     if conv:
         # the conv output y (float64, never rounded) is the packed q|k|v row of the step
         y, new_conv_state = conv_reference(val["x"], val["conv_state"], val["conv_weight"],
@@ -347,6 +363,8 @@ def build_case(opts, seed):
     """Draw the inputs, round them to their dtypes, run the reference. Returns (tensors, metadata)."""
     c = dict(DEFAULTS)
     c.update(opts)
+    if c["num_tokens"] is not None:
+        return build_case_multi(c, seed)
     rng = np.random.default_rng(seed)
     B, Hk, Hv, Dk = c["B"], c["Hk"], c["Hv"], c["Dk"]
     assert Hv % Hk == 0
@@ -359,6 +377,123 @@ def build_case(opts, seed):
     stored, o, new_state, new_conv_state, invalid = _round_and_run(c, x, num_slots, scale)
     t = _file_tensors(c, stored, o, new_state, new_conv_state, shape_state, num_slots)
     meta = _metadata(c, scale, out_dtype, num_slots, invalid)
+    return t, meta
+
+
+# ---------------------------------------------------------------------------
+# format version 3: several tokens per row
+# ---------------------------------------------------------------------------
+
+def _row_tokens(c):
+    """The token rows each row owns, and their number: row b has tokens b*T .. b*T+T-1
+    (dense), or cu_seqlens[b] .. cu_seqlens[b+1]-1 (packed)."""
+    B, T, cu = c["B"], c["num_tokens"], c["cu_seqlens"]
+    if cu is None:
+        return [list(range(b * T, (b + 1) * T)) for b in range(B)], B * T
+    # only valid ranges, and every packed token belongs to a row
+    assert len(cu) == B + 1 and cu[0] == 0, cu
+    assert all(0 <= cu[b + 1] - cu[b] <= T for b in range(B)), cu
+    return [list(range(cu[b], cu[b + 1])) for b in range(B)], cu[B]
+
+
+def _check_multi_options(c):
+    """The combinations the library accepts (others are refused before any work)."""
+    T = c["num_tokens"]
+    assert 1 <= T <= 16
+    assert c["tweak"] is None and c["meta_style"] == "full" and not c["v2_defaults"]
+    if c["token_state_indices"] is not None:
+        assert c["state_out_indices"] is None and not c["intermediate"] and c["update_state"]
+        assert len(c["token_state_indices"]) == c["B"] and all(len(r) == T for r in c["token_state_indices"])
+    if c["num_accepted_tokens"] is not None:
+        assert c["token_state_indices"] is not None and c["state_indices"] is None
+    if c["state_out_indices"] is not None:
+        assert c["state_indices"] is not None
+    if c["intermediate_conv"]:
+        assert c["conv_width"] > 0
+    names = ("state_indices", "state_out_indices", "token_state_indices", "num_accepted_tokens", "cu_seqlens")
+    assert (c["index_dtype"] is not None) == any(c[n] is not None for n in names)
+
+
+def build_case_multi(c, seed):
+    """A format version 3 case (c: DEFAULTS updated with the case's options). Returns (tensors, metadata).
+
+    The per-token inputs are drawn exactly as a one-token case with one row per token
+    would draw them (total_tokens rows, or B*T), so a case is as easy to follow as its
+    one-token counterparts; the reference runs on the rounded values and is checked,
+    bit for bit, against the same tokens run as chained one-token steps."""
+    _check_multi_options(c)
+    rng = np.random.default_rng(seed)
+    B, T, Hk, Hv, Dk, Dv = c["B"], c["num_tokens"], c["Hk"], c["Hv"], c["Dk"], c["Dv"]
+    assert Hv % Hk == 0
+    num_slots = c["num_slots"] if c["num_slots"] is not None else B
+    scale = c["scale"] if c["scale"] is not None else Dk ** -0.5
+    out_dtype = c["output_dtype"] or c["dtype"]
+    st, it = c["state_dtype"], c["index_dtype"]
+    conv, norm = c["conv_width"] > 0, c["norm"]
+    row_tokens, ntok = _row_tokens(c)
+    ct = dict(c, B=ntok, state_indices=None, state_out_indices=None)  # one "row" per token
+
+    x, shape_state = _draw_inputs(ct, rng, num_slots)
+    stored, val = _round_inputs(ct, x)
+    idx = {}
+    for n in ("state_indices", "state_out_indices", "token_state_indices", "num_accepted_tokens", "cu_seqlens"):
+        if c[n] is not None:
+            want = np.array(c[n], dtype=np.int64)
+            stored[n] = encode(want, it)
+            assert np.array_equal(stored[n].astype(np.int64), want), f"{n} does not fit {it}"
+            idx[n] = stored[n].astype(np.int64)
+    routing = dict(state_indices=idx.get("state_indices"), state_out_indices=idx.get("state_out_indices"),
+                   token_state_indices=idx.get("token_state_indices"),
+                   num_accepted_tokens=idx.get("num_accepted_tokens"), update_state=c["update_state"])
+    plans = multi_token_plan(num_slots, T, row_tokens, **routing)
+    check_slot_rule(plans)
+    invalid = count_invalid_multi(num_slots, T, row_tokens, **routing)
+
+    q, k, v = val["q"], val["k"], val["v"]
+    conv_args = norm_args = None
+    if conv:
+        conv_args = (val["x"], val["conv_state"], val["conv_weight"], val.get("conv_bias"))
+    if norm:
+        norm_args = (val["z"], val["norm_weight"], c["norm_eps"])
+    common = (q, k, v, val["a"], val["b"], val.get("A_log"), val.get("dt_bias"), val["state"], st,
+              c["layout"], c["l2norm"], c["eps"], scale, c["head_map"], c["gate"])
+    o, new_state, new_conv, inter, inter_conv = reference_multi(*common, plans, T, conv=conv_args,
+                                                                norm=norm_args)
+    # The same tokens as chained one-token steps must give the same results, bit for bit.
+    chained = reference_multi_chained(*common, T, row_tokens, conv=conv_args, norm=norm_args, **routing)
+    for name, got, want in zip(("expected_o", "expected_state", "expected_conv_state",
+                                "expected_intermediate_states", "expected_intermediate_conv_states"),
+                               (o, new_state, new_conv, inter, inter_conv), chained):
+        assert (got is None) == (want is None) and (
+            got is None or np.array_equal(got, want, equal_nan=True)), f"{name}: chained one-token steps differ"
+
+    t = _file_tensors(ct, stored, o, new_state, new_conv, shape_state, num_slots)
+    if c["cu_seqlens"] is None:  # dense: (B*T, ...) -> (B, T, ...)
+        for n in PER_TOKEN:
+            if n in t:
+                dt_, shape, arr = t[n]
+                shape = (B, T) + tuple(shape[1:])
+                t[n] = (dt_, shape, arr.reshape(shape))
+    for n in ("state_indices", "state_out_indices", "num_accepted_tokens", "cu_seqlens"):
+        if n in idx:
+            t[n] = (it, stored[n].shape, stored[n])
+    if "token_state_indices" in idx:
+        t["token_state_indices"] = (it, (B, T), stored["token_state_indices"])
+    if c["intermediate"]:
+        # as expected_state: F64 for an F32 state, F32 (exact for F16/BF16 values) otherwise;
+        # NaN where a row has no token (the reader compares only the other entries)
+        es = t["expected_state"][0]
+        t["expected_intermediate_states"] = (es, inter.shape, encode(inter, es))
+    if c["intermediate_conv"]:
+        ecs = t["expected_conv_state"][0]
+        ic = inter_conv.transpose(0, 1, 3, 2) if c["conv_state_layout"] == "tap_major" else inter_conv
+        t["expected_intermediate_conv_states"] = (ecs, ic.shape, encode(ic, ecs))
+
+    meta = _metadata(ct, scale, out_dtype, num_slots, invalid)
+    meta["format_version"] = FORMAT_VERSION_3
+    meta = dict(list(meta.items())[:2] + [("num_tokens", str(T)),
+                                          ("update_state", "true" if c["update_state"] else "false")]
+                + list(meta.items())[2:])
     return t, meta
 
 
@@ -377,6 +512,9 @@ def main(argv=None):
     ap.add_argument("--out", help="directory to write the .safetensors files into")
     ap.add_argument("--random", type=int, metavar="N", help="write N random cases instead of the standard set")
     ap.add_argument("--seed", type=int, default=0, help="seed for --random (default 0)")
+    ap.add_argument("--multi-token", action="store_true",
+                    help="with --random: format version 3 cases (several tokens per row), "
+                         "written as random_mt_s<S>_<i>.safetensors")
     ap.add_argument("--only", action="append", metavar="NAME", help="write only this standard case (repeatable)")
     ap.add_argument("--list", action="store_true", help="print the standard cases, one per line")
     args = ap.parse_args(argv)
@@ -390,12 +528,19 @@ def main(argv=None):
         ap.error("--out DIR is required (or --list)")
     os.makedirs(args.out, exist_ok=True)
 
+    if args.multi_token and args.random is None:
+        ap.error("--multi-token goes with --random N")
     if args.random is not None:
         for i in range(args.random):
             seed = args.seed * 100003 + i
-            opts = random_case(np.random.default_rng([args.seed, i, 1]))
-            path = write_case(args.out, f"random_s{args.seed}_{i:03d}", seed, describe(opts), opts)
-            print(path)
+            if args.multi_token:
+                # its own option stream, so the one-token random cases keep theirs
+                opts = random_case_multi(np.random.default_rng([args.seed, i, 3]))
+                name = f"random_mt_s{args.seed}_{i:03d}"
+            else:
+                opts = random_case(np.random.default_rng([args.seed, i, 1]))
+                name = f"random_s{args.seed}_{i:03d}"
+            print(write_case(args.out, name, seed, describe(opts), opts))
         return 0
 
     names = {c[0] for c in CASES}

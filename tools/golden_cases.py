@@ -38,6 +38,14 @@ DEFAULTS = dict(
     v2_defaults=False,      # leave conv_state_layout and norm_eps out of the metadata (their defaults),
                             # store conv_weight as torch's (conv_dim, 1, W), x as (B, 1, conv_dim),
                             # z as (B, Hv*Dv)
+    # format version 3: several tokens per row (speculative decoding)
+    num_tokens=None,        # T: a version 3 case with up to T tokens per row; None: one token, version 1/2
+    cu_seqlens=None,        # (B + 1) offsets: packed tokens, row b owns [cu[b], cu[b+1]); None: dense (B, T)
+    token_state_indices=None,  # (B, T) per-token write slots (vLLM), as lists
+    num_accepted_tokens=None,  # (B): row b reads token_state_indices[b][n - 1]
+    update_state=True,      # False: neither pool is written (FlashInfer's disable_state_update)
+    intermediate=False,     # write expected_intermediate_states (every token's state, a dense buffer)
+    intermediate_conv=False,  # write expected_intermediate_conv_states (every token's conv window)
 )
 
 
@@ -261,7 +269,107 @@ CASES_V2 = [
           dtype="BF16", state_dtype="BF16", expected_state_dtype="F32")),
 ]
 
-CASES = CASES + CASES_V2
+# Format version 3: several tokens per row (speculative decoding). Inputs are drawn as for a
+# one-token case with one row per token (B*T rows dense, total_tokens packed), in the same order.
+CASES_V3 = [
+    ("mt_t2_inplace_f32_kv", 3000,
+     "T=2 tokens per row, final state only, in place, no index arrays (row b in slot b); B=2 Hk=1 Hv=2, "
+     "inputs F32, state F32, layout kv",
+     dict(num_tokens=2, B=2, Hk=1, Hv=2, layout="kv")),
+    ("mt_t4_write_slot_i32_bf16_vk", 3001,
+     "T=4, final state only, state_indices I32 [0, 3, -1, 2] with state_out_indices [4, 3, 1, 6], "
+     "num_slots=6: row 0 reads 0 writes 4, row 1 in place, row 2 padding (all 4 output rows zero; slot 1 "
+     "untouched despite its write index), row 3's write index 6 is out of range (outputs computed, "
+     "nothing written, reported: invalid_indices=1); slots 0, 2 read only, 1, 5 untouched; Hk=1 Hv=2, "
+     "inputs BF16, state BF16, layout vk",
+     dict(num_tokens=4, B=4, Hk=1, Hv=2, num_slots=6, index_dtype="I32", state_indices=[0, 3, -1, 2],
+          state_out_indices=[4, 3, 1, 6], layout="vk", dtype="BF16", state_dtype="BF16")),
+    ("mt_t8_i64_f16_kv", 3002,
+     "T=8 (eight tokens on one state, rounded to F16 after each), final state in place, state_indices I64 "
+     "[1, 0] (swapped slots); B=2 Hk=2 Hv=4 (G=2), inputs F16, state F16, layout kv",
+     dict(num_tokens=8, B=2, Hk=2, Hv=4, num_slots=2, index_dtype="I64", state_indices=[1, 0],
+          layout="kv", dtype="F16", state_dtype="F16")),
+    ("mt_token_slots_accepted_i32_bf16_vk", 3003,
+     "per-token slots (vLLM's ssm_state_indices [B, T]) with num_accepted_tokens, T=3, num_slots=6: "
+     "token_state_indices I32 [[0, 1, 2], [-1, -1, -1], [3, 4, 6], [-1, -1, -1]], num_accepted_tokens "
+     "[2, 1, 1, 0]: row 0 reads slot 1 (its 2nd token's slot) and writes 0, 1, 2 after tokens 0, 1, 2; "
+     "row 1 padding (slot -1); row 2 reads 3 and writes 3, 4, its 3rd slot 6 is out of range (not written, "
+     "reported); row 3 has num_accepted_tokens 0 (outside [1, T]: padding, reported); invalid_indices=2, "
+     "slot 5 untouched; Hk=1 Hv=2, inputs BF16, state BF16, layout vk",
+     dict(num_tokens=3, B=4, Hk=1, Hv=2, num_slots=6, index_dtype="I32",
+          token_state_indices=[[0, 1, 2], [-1, -1, -1], [3, 4, 6], [-1, -1, -1]],
+          num_accepted_tokens=[2, 1, 1, 0], layout="vk", dtype="BF16", state_dtype="BF16")),
+    ("mt_state_indices_token_slots_i64_f16_kv", 3004,
+     "per-token slots read through state_indices (no num_accepted_tokens), T=2: state_indices I64 [3, 0], "
+     "token_state_indices [[1, 2], [0, -1]]: row 0 reads 3 (left as it was) and writes 1, 2; row 1 reads 0, "
+     "writes its first token's state back to 0 and keeps the second nowhere; pool of 4; B=2 Hk=1 Hv=2, "
+     "inputs F32, state F16, layout kv",
+     dict(num_tokens=2, B=2, Hk=1, Hv=2, num_slots=4, index_dtype="I64", state_indices=[3, 0],
+          token_state_indices=[[1, 2], [0, -1]], layout="kv", state_dtype="F16")),
+    ("mt_intermediate_no_update_f32_vk", 3005,
+     "FlashInfer MTP: expected_intermediate_states (B, T, Hv, Dv, Dk) with update_state=false (neither pool "
+     "written: expected_state equals state), T=3, state_indices I64 [1, 0]; B=2 Hk=1 Hv=2, inputs BF16, "
+     "state F32 (intermediate states F64), layout vk",
+     dict(num_tokens=3, B=2, Hk=1, Hv=2, num_slots=2, index_dtype="I64", state_indices=[1, 0],
+          update_state=False, intermediate=True, layout="vk", dtype="BF16", state_dtype="F32")),
+    ("mt_cu_seqlens_intermediate_i32_f16_kv", 3006,
+     "cu_seqlens I32 [0, 2, 2, 5, 6] (rows of 2, 0, 3, 1 tokens, T=3, 6 packed tokens) with state_indices "
+     "[1, 2, -1, 0], state_out_indices [3, 2, 4, 0] and expected_intermediate_states, update_state=true: "
+     "row 0 reads 1 writes 3 after its 2nd token; row 1 has no tokens (nothing written, slot 2 unchanged); "
+     "row 2 is padding (3 zero output rows; slot 4 untouched despite its write index); row 3 in place; "
+     "intermediate entries of missing tokens and of the padding row are NaN (not compared); Hk=1 Hv=2, "
+     "inputs F32, state F16, layout kv",
+     dict(num_tokens=3, B=4, Hk=1, Hv=2, num_slots=5, index_dtype="I32", cu_seqlens=[0, 2, 2, 5, 6],
+          state_indices=[1, 2, -1, 0], state_out_indices=[3, 2, 4, 0], intermediate=True, layout="kv",
+          state_dtype="F16")),
+    ("mt_t1_cu_seqlens_i64_f16_vk", 3007,
+     "T=1 through the version 3 path: cu_seqlens I64 [0, 1, 1, 2] (rows of 1, 0, 1 tokens) with "
+     "state_indices [2, 0, 1] in place; row 1 has no token (slot 0 unchanged); B=3 Hk=1 Hv=2, inputs F16, "
+     "state F32, layout vk",
+     dict(num_tokens=1, B=3, Hk=1, Hv=2, num_slots=3, index_dtype="I64", cu_seqlens=[0, 1, 1, 2],
+          state_indices=[2, 0, 1], layout="vk", dtype="F16", state_dtype="F32")),
+    ("mt_conv_w4_bf16_kv", 3008,
+     "conv prologue W=4 with conv_bias, conv pool channel_major, T=3: the window advances one tap per "
+     "token; state_indices I32 [0, 2] in place, pool of 3 (slot 1 untouched in both pools); B=2 Hk=1 "
+     "Hv=2, inputs BF16, state BF16, layout kv",
+     dict(num_tokens=3, conv_width=4, B=2, Hk=1, Hv=2, num_slots=3, index_dtype="I32",
+          state_indices=[0, 2], layout="kv", dtype="BF16", state_dtype="BF16")),
+    ("mt_conv_w3_tap_major_intermediate_f16_vk", 3009,
+     "conv prologue W=3 without bias, conv pool tap_major (S, W-1, conv_dim), T=2, with "
+     "expected_intermediate_states and expected_intermediate_conv_states (B, T, W-1, conv_dim), "
+     "final state in place; B=2 Hk=1 Hv=2, inputs F16, state F16, layout vk",
+     dict(num_tokens=2, conv_width=3, conv_bias=False, conv_state_layout="tap_major", intermediate=True,
+          intermediate_conv=True, B=2, Hk=1, Hv=2, layout="vk", dtype="F16", state_dtype="F16")),
+    ("mt_conv_norm_token_slots_i64_bf16_vk", 3010,
+     "Qwen3-Next spec decode: conv prologue W=4 (no bias) and gated RMSNorm with per-token slots for both "
+     "pools, T=2: token_state_indices I64 [[0, 1], [2, 3]], num_accepted_tokens [2, 1]: row 0 reads slot 1 "
+     "and writes 0, 1; row 1 reads 2 and writes 2, 3; pool of 5 (slot 4 untouched); B=2 Hk=1 Hv=2, inputs "
+     "BF16, state BF16, layout vk",
+     dict(num_tokens=2, conv_width=4, conv_bias=False, norm=True, B=2, Hk=1, Hv=2, num_slots=5,
+          index_dtype="I64", token_state_indices=[[0, 1], [2, 3]], num_accepted_tokens=[2, 1],
+          layout="vk", dtype="BF16", state_dtype="BF16")),
+    ("mt_norm_f32_kv", 3011,
+     "gated RMSNorm epilogue on every token, T=4, on q, k, v inputs, final state in place; B=2 Hk=1 Hv=2, "
+     "inputs F32, state BF16, layout kv",
+     dict(num_tokens=4, norm=True, B=2, Hk=1, Hv=2, layout="kv", state_dtype="BF16")),
+    ("mt_mixed_qkv_bf16_vk", 3012,
+     "packed mixed_qkv rows (B, T, 2*Hk*Dk + Hv*Dv), T=3, final state in place; B=2 Hk=1 Hv=2, inputs BF16, "
+     "state BF16, layout vk",
+     dict(num_tokens=3, packed=True, B=2, Hk=1, Hv=2, layout="vk", dtype="BF16", state_dtype="BF16")),
+    ("mt_gate_precomputed_f16_kv", 3013,
+     "gate precomputed (a holds g, b holds beta; no A_log/dt_bias), T=4, final state in place; B=2 Hk=1 "
+     "Hv=2, inputs F16, state F16, layout kv",
+     dict(num_tokens=4, gate="precomputed", B=2, Hk=1, Hv=2, layout="kv", dtype="F16", state_dtype="F16")),
+    ("mt_qwen35_tp8_t4_bf16_vk", 3014,
+     "Qwen3.5-35B-A3B under tensor parallelism 8 with MTP: T=4, conv prologue W=4 (no bias) and gated "
+     "RMSNorm, B=2, Hk=2, Hv=4, Dk=Dv=128 (conv_dim 1024), state_indices I32 [1, 0] in place; inputs BF16, "
+     "state BF16, layout vk",
+     dict(num_tokens=4, conv_width=4, conv_bias=False, norm=True, B=2, Hk=2, Hv=4, Dk=128, Dv=128,
+          num_slots=2, index_dtype="I32", state_indices=[1, 0], layout="vk", dtype="BF16",
+          state_dtype="BF16")),
+]
+
+CASES = CASES + CASES_V2 + CASES_V3
 
 
 # ---------------------------------------------------------------------------

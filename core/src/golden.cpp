@@ -36,15 +36,42 @@ namespace internal {
 
 // Out-of-range indices (>= num_slots) in both arrays: what a backend reports.
 int64_t count_invalid(const Case& c) {
-  const IndexType t = c.params.index_dtype;
+  const DecodeParams& p = c.params;
+  const IndexType t = p.index_dtype;
   if (t == IndexType::kNone) return 0;
+  const int64_t S = p.num_slots, T = p.num_tokens;
   int64_t bad = 0;
-  for (int64_t b = 0; b < c.params.batch; ++b) {
-    if (!c.state_indices.empty() && read_index(c.state_indices.data(), t, b) >= c.params.num_slots)
-      ++bad;
-    if (!c.state_out_indices.empty() &&
-        read_index(c.state_out_indices.data(), t, b) >= c.params.num_slots)
-      ++bad;
+  if (c.cu_seqlens.empty() && c.token_state_indices.empty() && T == 1 && p.update_state) {
+    // One token a row: every entry of both arrays.
+    for (int64_t b = 0; b < p.batch; ++b) {
+      if (!c.state_indices.empty() && read_index(c.state_indices.data(), t, b) >= S) ++bad;
+      if (!c.state_out_indices.empty() && read_index(c.state_out_indices.data(), t, b) >= S) ++bad;
+    }
+    return bad;
+  }
+  // Several tokens: every entry the step consults (docs/golden-format.md, version 3).
+  const uint8_t* tsi = c.token_state_indices.empty() ? nullptr : c.token_state_indices.data();
+  for (int64_t b = 0; b < p.batch; ++b) {
+    int64_t tokens = T;
+    if (!c.cu_seqlens.empty()) {
+      const int64_t lo = read_index(c.cu_seqlens.data(), t, b), hi = read_index(c.cu_seqlens.data(), t, b + 1);
+      if (lo < 0 || hi < lo || hi > p.total_tokens || hi - lo > T) {
+        ++bad;
+        continue;
+      }
+      tokens = hi - lo;
+    }
+    if (tsi)
+      for (int64_t j = 0; j < tokens; ++j) bad += read_index(tsi, t, b * T + j) >= S;
+    if (!c.state_indices.empty()) {
+      bad += read_index(c.state_indices.data(), t, b) >= S;
+    } else if (tsi) {
+      const int64_t n = c.num_accepted_tokens.empty() ? 1 : read_index(c.num_accepted_tokens.data(), t, b);
+      if (n < 1 || n > T) ++bad;
+      else if (read_index(tsi, t, b * T + n - 1) >= S && n - 1 >= tokens) ++bad;
+    }
+    if (!tsi && p.update_state && !c.state_out_indices.empty())
+      bad += read_index(c.state_out_indices.data(), t, b) >= S;
   }
   return bad;
 }
@@ -125,6 +152,13 @@ std::string describe(const Case& c) {
     s << " norm";
     if (p.norm_eps != 1e-6f) s << "(eps=" << p.norm_eps << ")";
   }
+  if (p.num_tokens != 1 || !c.cu_seqlens.empty()) {
+    s << " T=" << p.num_tokens << (c.cu_seqlens.empty() ? "" : "(packed)");
+    if (!c.token_state_indices.empty())
+      s << " token_slots" << (c.num_accepted_tokens.empty() ? "" : "+accepted");
+    if (!c.expected_intermediate_states.empty()) s << " intermediate";
+    if (!p.update_state) s << " no_update";
+  }
   return s.str();
 }
 
@@ -133,7 +167,7 @@ CaseReport run_impl(const Case& c, Backend backend) {
   r.path = c.path;
   r.notes = describe(c);
   const DecodeParams& cp = c.params;
-  const int64_t o_count = cp.batch * cp.num_v_heads * cp.head_dim_v;
+  const int64_t o_count = c.token_rows() * cp.num_v_heads * cp.head_dim_v;
 
   const Backend resolved = resolve_backend(backend);
   const BackendOps* ops = backend_ops(resolved);
@@ -160,6 +194,9 @@ CaseReport run_impl(const Case& c, Backend backend) {
     if (vec.empty()) return nullptr;
     return dev.upload(name, vec.data(), vec.size() * sizeof(vec[0]), &err);
   };
+  // first: set_packed_qkv reads whether the tokens are packed
+  p.cu_seqlens = up("cu_seqlens", c.cu_seqlens);
+  if (!err.empty()) return r;
   if (p.conv_width > 0) {
     // q, k, v come out of the conv prologue: the pointers stay null.
     if (c.x.empty() || c.conv_weight.empty() || c.conv_state.empty()) {
@@ -177,6 +214,7 @@ CaseReport run_impl(const Case& c, Backend backend) {
     const int64_t row = 2 * int64_t(p.num_k_heads) * p.head_dim_k +
                         int64_t(p.num_v_heads) * p.head_dim_v;
     set_packed_qkv(p, m, row);
+    if (p.cu_seqlens) p.total_tokens = cp.total_tokens;
   } else {
     if (!(p.q = up("q", c.q)) || !(p.k = up("k", c.k)) || !(p.v = up("v", c.v))) return r;
   }
@@ -195,6 +233,15 @@ CaseReport run_impl(const Case& c, Backend backend) {
   if (!p.state) return r;
   p.state_indices = up("state_indices", c.state_indices);
   p.state_out_indices = up("state_out_indices", c.state_out_indices);
+  p.token_state_indices = up("token_state_indices", c.token_state_indices);
+  p.num_accepted_tokens = up("num_accepted_tokens", c.num_accepted_tokens);
+  if (!err.empty()) return r;
+  // The per-token buffers start as all-ones bytes (NaN), as o does.
+  const size_t inter_bytes = c.expected_intermediate_states.size() * dtype_size(p.state_dtype);
+  const size_t inter_conv_bytes = c.expected_intermediate_conv_states.size() * dtype_size(p.qkv_dtype);
+  std::vector<uint8_t> inter_host(inter_bytes, 0xff), inter_conv_host(inter_conv_bytes, 0xff);
+  p.intermediate_states = up("intermediate_states", inter_host);
+  p.intermediate_conv_states = up("intermediate_conv_states", inter_conv_host);
   if (!err.empty()) return r;
 
   // o starts as all-ones bytes: NaN in fp32, fp16 and bf16 alike, so an
@@ -227,13 +274,18 @@ CaseReport run_impl(const Case& c, Backend backend) {
   if (p.conv_width > 0 &&
       !dev.download("conv_state", conv_host.data(), p.conv_state, conv_host.size(), &err))
     return r;
+  if ((inter_bytes && !dev.download("intermediate_states", inter_host.data(), p.intermediate_states,
+                                    inter_bytes, &err)) ||
+      (inter_conv_bytes && !dev.download("intermediate_conv_states", inter_conv_host.data(),
+                                         p.intermediate_conv_states, inter_conv_bytes, &err)))
+    return r;
 
   // ---- compare
   const std::vector<double> o_got = widen(o_host, p.o_dtype);
   r.o = compare(o_got, c.expected_o, output_tolerance(p.o_dtype));
   // Padding rows (expected all exactly 0) must be written as exact zeros.
   const int64_t row_len = int64_t(p.num_v_heads) * p.head_dim_v;
-  for (int64_t b = 0; b < p.batch; ++b) {
+  for (int64_t b = 0; b < c.token_rows(); ++b) {
     const double* e = c.expected_o.data() + b * row_len;
     if (!std::all_of(e, e + row_len, [](double x) { return x == 0.0; })) continue;
     for (int64_t j = 0; j < row_len; ++j)
@@ -253,14 +305,35 @@ CaseReport run_impl(const Case& c, Backend backend) {
                            &c.expected_conv_state);
   }
 
+  // Per-token buffers: compared where the case expects a value (not NaN).
+  auto compare_known = [](const std::vector<double>& got, const std::vector<double>& expected, double tol) {
+    std::vector<double> g, e;
+    for (size_t i = 0; i < expected.size(); ++i)
+      if (!std::isnan(expected[i])) {
+        g.push_back(got[i]);
+        e.push_back(expected[i]);
+      }
+    return compare(g, e, tol, tol == 0.0 ? &e : nullptr);
+  };
+  if (inter_bytes) {
+    r.has_intermediate = true;
+    r.intermediate = compare_known(widen(inter_host, p.state_dtype), c.expected_intermediate_states,
+                                   state_tolerance(p.state_dtype));
+  }
+  if (inter_conv_bytes) {
+    r.has_intermediate_conv = true;
+    r.intermediate_conv = compare_known(widen(inter_conv_host, p.qkv_dtype), c.expected_intermediate_conv_states, 0.0);
+  }
+
   const int64_t want_invalid =
       c.expected_invalid_indices >= 0 ? c.expected_invalid_indices : count_invalid(c);
   bool invalid_ok = int64_t(r.invalid_reported) == want_invalid;
   if (!invalid_ok)
     err = "invalid_index_count: backend reported " + std::to_string(r.invalid_reported) +
           ", the case has " + std::to_string(want_invalid) + " out-of-range indices";
-  r.pass = r.o.pass && r.state.pass && (!r.has_conv_state || r.conv_state.pass) && invalid_ok &&
-           err.empty();
+  r.pass = r.o.pass && r.state.pass && (!r.has_conv_state || r.conv_state.pass) &&
+           (!r.has_intermediate || r.intermediate.pass) &&
+           (!r.has_intermediate_conv || r.intermediate_conv.pass) && invalid_ok && err.empty();
   return r;
 }
 

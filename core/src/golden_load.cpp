@@ -104,13 +104,21 @@ constexpr const char* kVersion2Tensors[] = {"x",          "conv_state", "conv_we
                                             "conv_bias",  "expected_conv_state", "z",
                                             "norm_weight"};
 
+// The tensors format version 3 added (several tokens per row).
+constexpr const char* kVersion3Tensors[] = {"cu_seqlens", "token_state_indices", "num_accepted_tokens",
+                                            "expected_intermediate_states",
+                                            "expected_intermediate_conv_states"};
+
 // ---- the loader ----------------------------------------------------------------
 
 // The sizes Loader::load derives, handed from one of its steps to the next.
 struct Sizes {
   int64_t S = 0, Hv = 0, Dk = 0, Dv = 0;  // from state and the layout
   int64_t num_slots = 0;                  // the pool slots a case may use
-  int64_t B = 0, Hk = 0;                  // from q, mixed_qkv or x
+  int64_t B = 0, Hk = 0;                  // from q, mixed_qkv or x (B: cu_seqlens when packed)
+  // Per-token tensors hold `lead` leading rows of `tok` tokens each: (B, T, ...)
+  // dense, or (total_tokens, ...) packed by cu_seqlens (tok = 1).
+  int64_t T = 1, lead = 0, tok = 1;
   std::string dims_note;                  // " (Hv, Dk, Dv from state [...] with layout ..)"
 };
 
@@ -175,13 +183,19 @@ class Loader {
   bool check_invalid_indices(Case* c, int64_t num_slots);
   // Format version 2: the conv prologue and the gated RMSNorm epilogue.
   bool load_conv(Case* c, DecodeParams* p, const Tensor* x, int64_t num_slots);
-  bool load_norm(Case* c, DecodeParams* p, int64_t B, int64_t Hv, int64_t Dv,
-                 const std::string& dims_note);
+  bool load_norm(Case* c, DecodeParams* p, const Sizes& z);
+  // Format version 3: per-token slots and the per-token state buffers.
+  bool load_token_indices(Case* c, DecodeParams* p, const Sizes& z);
+  bool load_intermediate(Case* c, const DecodeParams& p, const Tensor& state, const Sizes& z);
+  // An index array in the case's one index dtype (set by the first one read).
+  bool index_array(const char* name, const Tensor& t, DecodeParams* p);
 
   const std::string& path_;
   const SafetensorsFile& f_;
   std::string* error_;
   int64_t format_version_{0};  // 0: not given
+  int64_t num_tokens_{1};      // format version 3: T
+  bool update_state_{true};
   std::string qkv_name_;       // "q", "mixed_qkv" or "x": the tensor that sets qkv_dtype
   std::string qkv_dtype_;      // its dtype, as the file spells it
 };
@@ -193,14 +207,35 @@ bool Loader::load_metadata(DecodeParams* p, bool* layout_given) {
   format_version_ = 0;
   if (const std::string* v = meta("format_version")) {
     int64_t n = 0;
-    if (!parse_int64(*v, &n) || n < 1 || n > 2)
-      return fail("format_version", quoted(*v) + " is not supported (this reader knows 1 and 2)");
+    if (!parse_int64(*v, &n) || n < 1 || n > 3)
+      return fail("format_version", quoted(*v) + " is not supported (this reader knows 1, 2 and 3)");
     format_version_ = n;
     if (n == 1) {
       for (const char* name : kVersion2Tensors)
         if (tensor(name) != nullptr)
           return fail(name, "a format_version 2 tensor, but the file says format_version \"1\"");
     }
+    if (n < 3) {
+      for (const char* name : kVersion3Tensors)
+        if (tensor(name) != nullptr)
+          return fail(name, "a format_version 3 tensor, but the file says format_version " + quoted(*v));
+    }
+  }
+  num_tokens_ = 1;
+  if (const std::string* v = meta("num_tokens")) {
+    if (!parse_int64(*v, &num_tokens_) || num_tokens_ < 1 || num_tokens_ > kMaxTokens)
+      return fail("num_tokens", quoted(*v) + " is not an integer in [1, " + std::to_string(kMaxTokens) + "]");
+    if (format_version_ != 0 && format_version_ < 3 && num_tokens_ != 1)
+      return fail("num_tokens", quoted(*v) + " needs format_version 3");
+  }
+  update_state_ = true;
+  if (const std::string* v = meta("update_state")) {
+    const std::string s = normalize(*v);
+    if (s == "true" || s == "1") update_state_ = true;
+    else if (s == "false" || s == "0") update_state_ = false;
+    else return fail("update_state", "unknown value " + quoted(*v) + " (true or false)");
+    if (format_version_ != 0 && format_version_ < 3 && !update_state_)
+      return fail("update_state", quoted(*v) + " needs format_version 3");
   }
   *layout_given = false;
   if (const std::string* v = meta("layout")) {
@@ -256,11 +291,14 @@ bool Loader::load(Case* c) {
   Sizes z;
   const Tensor* state = nullptr;
   if (!load_state(&p, layout_given, &state, &z)) return false;
+  z.T = num_tokens_;
+  z.tok = tensor("cu_seqlens") != nullptr ? 1 : z.T;
   const Tensor* x = tensor("x");
   const Tensor* mixed = tensor("mixed_qkv");
   if (!load_qkv(c, &p, x, mixed, &z)) return false;
   if (!load_gates(c, &p, z)) return false;
   if (!load_indices(c, &p, z)) return false;
+  if (!load_token_indices(c, &p, z)) return false;
 
   // ---- output dtype (default: the q/k/v dtype)
   p.o_dtype = p.qkv_dtype;
@@ -283,7 +321,12 @@ bool Loader::load(Case* c) {
   qkv_name_ = x ? "x" : mixed ? "mixed_qkv" : "q";
   qkv_dtype_ = tensor(qkv_name_.c_str())->dtype;
   if (!load_conv(c, &p, x, z.num_slots)) return false;
-  if (!load_norm(c, &p, z.B, z.Hv, z.Dv, z.dims_note)) return false;
+  if (!load_norm(c, &p, z)) return false;
+
+  // ---- format version 3: tokens per row
+  p.num_tokens = int32_t(z.T);
+  p.update_state = update_state_;
+  if (!c->cu_seqlens.empty()) p.total_tokens = z.lead;
 
   set_dense_strides(p);  // conv state: (S, conv_dim, W-1) when conv_width is set
   if (p.conv_width > 0 && c->conv_tap_major) {
@@ -291,6 +334,21 @@ bool Loader::load(Case* c) {
     p.conv_state_channel_stride = 1;
     p.conv_state_tap_stride = cdim;
     p.conv_state_slot_stride = cdim * (p.conv_width - 1);
+  }
+  // The pointers stay null until run_case, so the multi-token strides are set here:
+  // packed rows have no batch stride, the per-token buffers are (B, T, one slot).
+  if (!c->cu_seqlens.empty())
+    p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.a_batch_stride = p.b_batch_stride =
+        p.o_batch_stride = p.z_batch_stride = p.x_batch_stride = 0;
+  p.token_state_indices_stride = c->token_state_indices.empty() ? 0 : z.T;
+  if (!load_intermediate(c, p, *state, z)) return false;
+  if (!c->expected_intermediate_states.empty()) {
+    p.intermediate_token_stride = p.state_slot_stride;
+    p.intermediate_batch_stride = z.T * p.state_slot_stride;
+  }
+  if (!c->expected_intermediate_conv_states.empty()) {
+    p.intermediate_conv_token_stride = p.conv_state_slot_stride;
+    p.intermediate_conv_batch_stride = z.T * p.conv_state_slot_stride;
   }
   c->params = p;
   c->packed_qkv = mixed != nullptr;
@@ -341,7 +399,8 @@ bool Loader::load_qkv(Case* c, DecodeParams* p, const Tensor* x, const Tensor* m
   const int64_t Hv = z->Hv, Dk = z->Dk, Dv = z->Dv;
   const std::string& dims_note = z->dims_note;
   const Tensor* q = tensor("q");
-  int64_t B = 0, Hk = 0;
+  const int64_t tok = z->tok;
+  int64_t B = 0, Hk = 0;  // B: the leading dim here, the rows once cu_seqlens is read
   if (x != nullptr && (mixed || q || tensor("k") || tensor("v")))
     return fail("x", std::string("given together with ") + (mixed ? "mixed_qkv" : "q/k/v") +
                          "; a conv case takes its q|k|v row from x");
@@ -356,9 +415,9 @@ bool Loader::load_qkv(Case* c, DecodeParams* p, const Tensor* x, const Tensor* m
       return fail(name, "shape " + shape_string(packed->shape) +
                             " is not [B, 2*Hk*Dk + Hv*Dv] with B >= 1");
     B = packed->shape[0];
-    const int64_t width = packed->numel() / B;
+    const int64_t width = packed->numel() / (B * tok);
     const int64_t qk = width - Hv * Dv;
-    if (packed->numel() % B != 0 || qk <= 0 || qk % (2 * Dk) != 0)
+    if (packed->numel() % (B * tok) != 0 || qk <= 0 || qk % (2 * Dk) != 0)
       return fail(name, "shape " + shape_string(packed->shape) +
                             " is not [B, 2*Hk*Dk + Hv*Dv]" + dims_note);
     Hk = qk / (2 * Dk);
@@ -367,17 +426,18 @@ bool Loader::load_qkv(Case* c, DecodeParams* p, const Tensor* x, const Tensor* m
     if (q->shape.size() < 2 || q->shape[0] < 1)
       return fail("q", "shape " + shape_string(q->shape) + " is not [B, Hk, Dk] with B >= 1");
     B = q->shape[0];
-    if (q->numel() % (B * Dk) != 0 || q->numel() == 0)
+    if (q->numel() % (B * tok * Dk) != 0 || q->numel() == 0)
       return fail("q", "shape " + shape_string(q->shape) + " is not [B, Hk, Dk]" + dims_note);
-    Hk = q->numel() / (B * Dk);
+    Hk = q->numel() / (B * tok * Dk);
   }
   if (Hv % Hk != 0)
     return fail(x ? "x" : mixed ? "mixed_qkv" : "q", "Hk=" + std::to_string(Hk) + " does not divide Hv=" +
                                               std::to_string(Hv) + dims_note);
   z->B = B;
+  z->lead = B;
   z->Hk = Hk;
   if (!packed) {
-    if (!check_rows("q", *q, B, Hk * Dk, Dk, "(B, Hk, Dk) = " + tuple(B, Hk, Dk) + dims_note))
+    if (!check_rows("q", *q, B, tok * Hk * Dk, Dk, "(B, Hk, Dk) = " + tuple(B, Hk, Dk) + dims_note))
       return false;
     const Tensor* k = nullptr;
     const Tensor* v = nullptr;
@@ -385,14 +445,20 @@ bool Loader::load_qkv(Case* c, DecodeParams* p, const Tensor* x, const Tensor* m
     if (!need_float("k", &k, &kt) || !need_float("v", &v, &vt)) return false;
     if (kt != p->qkv_dtype) return fail("k", "dtype " + k->dtype + " differs from q's " + q->dtype);
     if (vt != p->qkv_dtype) return fail("v", "dtype " + v->dtype + " differs from q's " + q->dtype);
-    if (!check_rows("k", *k, B, Hk * Dk, Dk, "(B, Hk, Dk) = " + tuple(B, Hk, Dk) + dims_note) ||
-        !check_rows("v", *v, B, Hv * Dv, Dv, "(B, Hv, Dv) = " + tuple(B, Hv, Dv) + dims_note))
+    if (!check_rows("k", *k, B, tok * Hk * Dk, Dk, "(B, Hk, Dk) = " + tuple(B, Hk, Dk) + dims_note) ||
+        !check_rows("v", *v, B, tok * Hv * Dv, Dv, "(B, Hv, Dv) = " + tuple(B, Hv, Dv) + dims_note))
       return false;
     c->q = q->bytes;
     c->k = k->bytes;
     c->v = v->bytes;
   } else if (mixed) {
     c->mixed_qkv = mixed->bytes;
+  }
+  // Packed tokens: the rows are cu_seqlens' (B + 1 entries).
+  if (const Tensor* cu = tensor("cu_seqlens")) {
+    if (cu->shape.size() != 1 || cu->shape[0] < 2)
+      return fail("cu_seqlens", "shape " + shape_string(cu->shape) + " is not [B + 1] with B >= 1");
+    z->B = cu->shape[0] - 1;
   }
   return true;
 }
@@ -406,7 +472,8 @@ bool Loader::load_gates(Case* c, DecodeParams* p, const Sizes& z) {
   if (!need_float("a", &a, &p->ab_dtype) || !need_float("b", &b, &bt)) return false;
   if (bt != p->ab_dtype) return fail("b", "dtype " + b->dtype + " differs from a's " + a->dtype);
   const std::string bhv = "(B, Hv) = (" + std::to_string(B) + ", " + std::to_string(Hv) + ")";
-  if (!check_rows("a", *a, B, Hv, Hv, bhv) || !check_rows("b", *b, B, Hv, Hv, bhv)) return false;
+  if (!check_rows("a", *a, z.lead, z.tok * Hv, Hv, bhv) || !check_rows("b", *b, z.lead, z.tok * Hv, Hv, bhv))
+    return false;
   c->a = a->bytes;
   c->b = b->bytes;
   for (const char* name : {"A_log", "dt_bias"}) {
@@ -433,9 +500,7 @@ bool Loader::load_indices(Case* c, DecodeParams* p, const Sizes& z) {
   const Tensor* so = tensor("state_out_indices");
   if (so && !si) return fail("state_out_indices", "given without state_indices");
   if (si) {
-    if (si->dtype == "I32") p->index_dtype = IndexType::kI32;
-    else if (si->dtype == "I64") p->index_dtype = IndexType::kI64;
-    else return fail("state_indices", "dtype " + si->dtype + " is not supported (I32 or I64)");
+    if (!index_array("state_indices", *si, p)) return false;
     const std::string bx = "(B) = (" + std::to_string(B) + ")";
     if (!check_rows("state_indices", *si, B, 1, 0, bx)) return false;
     c->state_indices = si->bytes;
@@ -446,9 +511,77 @@ bool Loader::load_indices(Case* c, DecodeParams* p, const Sizes& z) {
       if (!check_rows("state_out_indices", *so, B, 1, 0, bx)) return false;
       c->state_out_indices = so->bytes;
     }
-  } else if (num_slots < B) {
+  } else if (num_slots < B && tensor("token_state_indices") == nullptr) {
     return fail("state", std::to_string(num_slots) + " slots for B=" + std::to_string(B) +
                              " rows and no state_indices (row b uses slot b)");
+  }
+  return true;
+}
+
+bool Loader::index_array(const char* name, const Tensor& t, DecodeParams* p) {
+  IndexType it{};
+  if (t.dtype == "I32") it = IndexType::kI32;
+  else if (t.dtype == "I64") it = IndexType::kI64;
+  else return fail(name, "dtype " + t.dtype + " is not supported (I32 or I64)");
+  if (p->index_dtype != IndexType::kNone && p->index_dtype != it)
+    return fail(name, "dtype " + t.dtype + " differs from the case's other index arrays (" +
+                          to_string(p->index_dtype) + ")");
+  p->index_dtype = it;
+  return true;
+}
+
+// ---- format version 3: cu_seqlens, per-token slots, accepted tokens
+bool Loader::load_token_indices(Case* c, DecodeParams* p, const Sizes& z) {
+  const int64_t B = z.B, T = z.T;
+  if (const Tensor* cu = tensor("cu_seqlens")) {
+    if (!index_array("cu_seqlens", *cu, p)) return false;
+    c->cu_seqlens = cu->bytes;
+  }
+  if (const Tensor* tsi = tensor("token_state_indices")) {
+    if (!index_array("token_state_indices", *tsi, p)) return false;
+    if (!check_rows("token_state_indices", *tsi, B, T, 0,
+                    "(B, T) = (" + std::to_string(B) + ", " + std::to_string(T) + ")"))
+      return false;
+    c->token_state_indices = tsi->bytes;
+  }
+  if (const Tensor* na = tensor("num_accepted_tokens")) {
+    if (tensor("token_state_indices") == nullptr)
+      return fail("num_accepted_tokens", "given without token_state_indices (it picks the initial token slot)");
+    if (!index_array("num_accepted_tokens", *na, p)) return false;
+    if (!check_rows("num_accepted_tokens", *na, B, 1, 0, "(B) = (" + std::to_string(B) + ")")) return false;
+    c->num_accepted_tokens = na->bytes;
+  }
+  return true;
+}
+
+// ---- format version 3: every token's state (and conv state), (B, T, one slot)
+bool Loader::load_intermediate(Case* c, const DecodeParams& p, const Tensor& state, const Sizes& z) {
+  const int64_t BT = z.B * z.T;
+  if (const Tensor* t = tensor("expected_intermediate_states")) {
+    if (t->dtype != "F64" && t->dtype != "F32")
+      return fail("expected_intermediate_states", "dtype " + t->dtype + " is not supported (F64, or F32)");
+    const int64_t slot = z.Hv * z.Dk * z.Dv;
+    const bool rank5_ok = t->shape.size() != 5 ||
+                          (t->shape[1] == z.T && t->shape[2] == state.shape[1] && t->shape[3] == state.shape[2] &&
+                           t->shape[4] == state.shape[3]);
+    if (t->numel() != BT * slot || t->shape.empty() || t->shape[0] != z.B || !rank5_ok)
+      return fail("expected_intermediate_states",
+                  "shape " + shape_string(t->shape) + " is not (B, T) = (" + std::to_string(z.B) + ", " +
+                      std::to_string(z.T) + ") slots of state's shape " + shape_string(state.shape));
+    c->expected_intermediate_states = widen_expected(*t);
+  }
+  if (const Tensor* t = tensor("expected_intermediate_conv_states")) {
+    if (p.conv_width == 0)
+      return fail("expected_intermediate_conv_states", "given without the conv prologue (x)");
+    DType dt{};
+    if (t->dtype != "F64" && t->dtype != "F32" && !float_dtype(t->dtype, &dt))
+      return fail("expected_intermediate_conv_states", "dtype " + t->dtype + " is not supported");
+    const int64_t span = conv_dim(p) * (p.conv_width - 1);
+    if (t->numel() != BT * span || t->shape.empty() || t->shape[0] != z.B)
+      return fail("expected_intermediate_conv_states",
+                  "shape " + shape_string(t->shape) + " is not (B, T) = (" + std::to_string(z.B) + ", " +
+                      std::to_string(z.T) + ") conv slots of " + std::to_string(span) + " elements");
+    c->expected_intermediate_conv_states = widen_expected(*t);
   }
   return true;
 }
@@ -466,7 +599,7 @@ bool Loader::load_expected(Case* c, const Tensor& state_t, const Sizes& z) {
   }
   const Tensor* eo = tensor("expected_o");
   const Tensor* es = tensor("expected_state");
-  if (!check_rows("expected_o", *eo, B, Hv * Dv, Dv, "(B, Hv, Dv) = " + tuple(B, Hv, Dv) + dims_note))
+  if (!check_rows("expected_o", *eo, z.lead, z.tok * Hv * Dv, Dv, "(B, Hv, Dv) = " + tuple(B, Hv, Dv) + dims_note))
     return false;
   if (es->numel() != state->numel() || es->shape.empty() || es->shape[0] != S ||
       (es->shape.size() == 4 && es->shape != state->shape))
@@ -578,8 +711,9 @@ bool Loader::load_conv(Case* c, DecodeParams* p, const Tensor* x, int64_t num_sl
   return true;
 }
 
-bool Loader::load_norm(Case* c, DecodeParams* p, int64_t B, int64_t Hv, int64_t Dv,
-                       const std::string& dims_note) {
+bool Loader::load_norm(Case* c, DecodeParams* p, const Sizes& sz) {
+  const int64_t B = sz.B, Hv = sz.Hv, Dv = sz.Dv;
+  const std::string& dims_note = sz.dims_note;
   if (const std::string* v = meta("norm_eps")) {
     double eps = 0;
     if (!parse_real(*v, &eps) || eps < 0)
@@ -603,7 +737,7 @@ bool Loader::load_norm(Case* c, DecodeParams* p, int64_t B, int64_t Hv, int64_t 
   if (!need_float("z", &z, &dt)) return false;
   if (dt != p->qkv_dtype)
     return fail("z", "dtype " + z->dtype + " differs from " + qkv_name_ + "'s " + qkv_dtype_);
-  if (!check_rows("z", *z, B, Hv * Dv, Dv,
+  if (!check_rows("z", *z, sz.lead, sz.tok * Hv * Dv, Dv,
                   "(B, Hv, Dv) = (" + std::to_string(B) + ", " + std::to_string(Hv) + ", " +
                       std::to_string(Dv) + ")" + dims_note))
     return false;

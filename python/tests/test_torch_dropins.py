@@ -174,6 +174,106 @@ def test_vllm_spec_decode_indices(device):
     assert_close(state.transpose(-1, -2), s_ref, 1e-5, "pool")
 
 
+def round_state(x, dtype):
+    """The state as storing it in `dtype` and reading it back gives (float64)."""
+    return x.to(dtype).double()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("wrapper", ["sigmoid_gating", "recurrent"])
+def test_vllm_spec_decode_several_tokens(device, state_dtype, wrapper):
+    """vLLM's spec decode: cu_seqlens rows of 3, 1, 4 and 2 tokens (T = 4), ssm_state_indices
+    [N, T], num_accepted_tokens picking each row's initial slot, a padding row; every token's
+    state to its own slot. Against a float64 token loop that rounds the state between tokens."""
+    N, T, H, HV, K, V = 5, 4, 2, 4, 64, 64
+    lens = [3, 1, 4, 2, 2]
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32)
+    total = int(cu[-1])
+    gen = torch.Generator().manual_seed(31)
+    r = lambda *shape: torch.randn(*shape, generator=gen)  # noqa: E731
+    q, k = r(1, total, H, K).bfloat16(), r(1, total, H, K).bfloat16()
+    v = r(1, total, HV, V).bfloat16()
+    a, b = r(total, HV).bfloat16(), r(total, HV).bfloat16()
+    A_log = torch.log(torch.empty(HV).uniform_(1, 16, generator=gen))
+    dt_bias = r(HV) * 0.1
+    slots = 24
+    pool = (0.5 * r(slots, HV, V, K)).to(state_dtype)
+    table = torch.randperm(slots, generator=gen)[:N * T].reshape(N, T).to(torch.int32)
+    table[3, :] = -1  # a padding row
+    acc = torch.tensor([2, 1, 4, 1, 2], dtype=torch.int32)
+
+    # reference: token by token, float64, the state rounded to its dtype after every token
+    o_ref = torch.zeros(total, HV, V, dtype=torch.float64)
+    ref_pool = pool.double().transpose(-1, -2).clone()  # [S, HV, K, V]
+    for n in range(N):
+        slot = int(table[n, acc[n] - 1])
+        if slot < 0:
+            continue
+        S = ref_pool[slot].clone()
+        for j in range(lens[n]):
+            tok = int(cu[n]) + j
+            o, new = reference(q[0, tok:tok + 1], k[0, tok:tok + 1], v[0, tok:tok + 1],
+                               a[tok:tok + 1], b[tok:tok + 1], A_log, dt_bias, S[None], l2="rsqrt")
+            o_ref[tok] = o[0]
+            S = round_state(new[0].transpose(-1, -2), state_dtype).transpose(-1, -2)
+            ref_pool[int(table[n, j])] = S
+
+    to = lambda x: x.to(device)  # noqa: E731
+    state = to(pool.clone())
+    if wrapper == "sigmoid_gating":
+        o, final = vllm.fused_sigmoid_gating_delta_rule_update(
+            to(A_log), to(a), to(b), to(dt_bias), to(q), to(k), to(v), initial_state=state,
+            inplace_final_state=True, cu_seqlens=to(cu), ssm_state_indices=to(table),
+            num_accepted_tokens=to(acc), use_qk_l2norm_in_kernel=True)
+    else:
+        g = -torch.exp(A_log) * F.softplus(a.float() + dt_bias)
+        beta = torch.sigmoid(b.float())
+        o, final = vllm.fused_recurrent_gated_delta_rule(
+            to(q), to(k), to(v), to(g[None]), to(beta[None]), initial_state=state,
+            inplace_final_state=True, cu_seqlens=to(cu), ssm_state_indices=to(table),
+            num_accepted_tokens=to(acc), use_qk_l2norm_in_kernel=True)
+    assert final is state and o.shape == v.shape
+    got = o[0].double().cpu()
+    pad_rows = slice(int(cu[3]), int(cu[4]))
+    assert torch.equal(got[pad_rows], torch.zeros_like(got[pad_rows])), "padding row output"
+    tol_state = TOL_STATE[state_dtype] if wrapper == "sigmoid_gating" else max(TOL_STATE[state_dtype], 1e-4)
+    tol_out = TOL_OUT[torch.bfloat16]
+    assert_close(got, o_ref, tol_out, "output")
+    written = table[table >= 0].long()
+    assert_close(state.double().cpu().transpose(-1, -2)[written], ref_pool[written], tol_state, "written slots")
+    untouched = torch.ones(slots, dtype=torch.bool)
+    untouched[written] = False
+    assert torch.equal(state.cpu()[untouched], pool[untouched]), "slots nobody writes changed"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vllm_several_tokens_equal_chained_single_tokens(device):
+    """Dense [B, T] tokens with per-token slots: bitwise the same as T one-token calls, each
+    reading the previous token's slot and writing its own."""
+    B, T, H, HV, K, V = 3, 3, 1, 2, 64, 64
+    t = vllm_inputs(device, N=B * T, H=H, HV=HV, K=K, V=V, slots=12, seed=44,
+                    state_dtype=torch.bfloat16)
+    q, k, v = (t[n].reshape(B, T, *t[n].shape[2:]) for n in ("q", "k", "v"))
+    a, b = t["a"].reshape(B, T, HV), t["b"].reshape(B, T, HV)
+    table = torch.arange(B * T, dtype=torch.int32, device=device).reshape(B, T) + 3
+    state = t["state"].clone()
+    o, _ = vllm.fused_sigmoid_gating_delta_rule_update(
+        t["A_log"], a, b, t["dt_bias"], q, k, v, initial_state=state, ssm_state_indices=table,
+        use_qk_l2norm_in_kernel=True)
+    chained = t["state"].clone()
+    for j in range(T):
+        read = table[:, 0] if j == 0 else table[:, j - 1]
+        o_j, _ = vllm.fused_sigmoid_gating_delta_rule_update(
+            t["A_log"], a[:, j], b[:, j], t["dt_bias"], q[:, j:j + 1], k[:, j:j + 1], v[:, j:j + 1],
+            # one token: vLLM reads column num_accepted - 1 and writes column 0
+            initial_state=chained, ssm_state_indices=torch.stack([table[:, j], read], 1).contiguous(),
+            num_accepted_tokens=torch.full((B,), 2, dtype=torch.int32, device=device),
+            use_qk_l2norm_in_kernel=True)
+        assert torch.equal(o[:, j], o_j[:, 0]), f"token {j}"
+    assert torch.equal(state, chained)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_vllm_fused_recurrent(device):
     """vLLM's fused_recurrent_gated_delta_rule: precomputed g and beta over the pool."""
@@ -224,7 +324,8 @@ def test_vllm_unsupported():
     with pytest.raises(NotImplementedError, match="threshold"):
         vllm.fused_sigmoid_gating_delta_rule_update(*args, threshold=5.0, initial_state=t["state"])
     q2 = t["q"].reshape(1, 2, 1, 64).expand(2, 2, 1, 64)
-    with pytest.raises(NotImplementedError, match="one token per sequence"):
+    # several tokens per sequence need one slot per token
+    with pytest.raises(NotImplementedError, match="ssm_state_indices"):
         vllm.fused_sigmoid_gating_delta_rule_update(t["A_log"], t["a"], t["b"], t["dt_bias"], q2, q2,
                                                    t["v"].reshape(1, 2, 2, 64).expand(2, 2, 2, 64),
                                                    initial_state=t["state"])
@@ -298,6 +399,12 @@ def test_cu_seqlens_not_one_token_per_row_refused_on_cpu():
     with pytest.raises(RuntimeError, match="cu_seqlens"):
         fla.fused_recurrent_gated_delta_rule(q, k, v, g=t["a"].float().unsqueeze(0).sigmoid().log(),
                                              beta=t["b"].unsqueeze(0), cu_seqlens=torch.tensor(_BAD_CU))
+    # several tokens: a row longer than its slots (3 tokens, T = 2)
+    table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="cu_seqlens"):
+        vllm.fused_sigmoid_gating_delta_rule_update(
+            t["A_log"], t["a"], t["b"], t["dt_bias"], q, k, v, initial_state=state,
+            cu_seqlens=torch.tensor([0, 3, 3]), ssm_state_indices=table)
     assert torch.equal(state, t["state"]), "a refused call wrote the pool"
 
 

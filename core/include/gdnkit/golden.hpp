@@ -70,6 +70,24 @@ struct Case {
   std::vector<double> expected_state;  // same element count as state
   std::vector<double> expected_conv_state;  // same element count as conv_state (conv cases only)
   int64_t expected_invalid_indices{-1};  // from metadata "invalid_indices" when present, else -1
+
+  // Format version 3 (params.num_tokens = T, update_state): every per-token
+  // tensor above (q, k, v, mixed_qkv, x, a, b, z, expected_o) holds
+  // token_rows() rows: (B, T, ...) dense, or (total_tokens, ...) packed by
+  // cu_seqlens. Index arrays in params.index_dtype; empty when absent.
+  std::vector<uint8_t> cu_seqlens;            // (B + 1)
+  std::vector<uint8_t> token_state_indices;   // (B, T)
+  std::vector<uint8_t> num_accepted_tokens;   // (B)
+  // Every token's state (B, T, one slot) and conv state (B, T, one conv slot),
+  // as the layouts of state and conv_state; NaN where nothing is compared
+  // (tokens a row does not have, padding rows). Empty: no buffer is kept.
+  std::vector<double> expected_intermediate_states;
+  std::vector<double> expected_intermediate_conv_states;
+
+  // Rows of the per-token tensors.
+  int64_t token_rows() const {
+    return cu_seqlens.empty() ? params.batch * params.num_tokens : params.total_tokens;
+  }
 };
 
 // Reads and checks a case: every tensor present with the right shape and a
@@ -109,6 +127,9 @@ struct CaseReport {
   // the elements that differ).
   bool has_conv_state{false};
   Comparison conv_state;
+  // Format version 3: the per-token state buffers (compared where expected is not NaN).
+  bool has_intermediate{false}, has_intermediate_conv{false};
+  Comparison intermediate, intermediate_conv;
   uint32_t invalid_reported{0};  // out-of-range indices the backend counted
   std::string notes;             // what the case exercised, for the printed line
 };

@@ -23,13 +23,24 @@ v [B, T, HV, V] with B*T = N sequences ([N, 1, ...]; with cu_seqlens [0, 1, ...,
 softplus_beta(a + dt_bias), beta = sigmoid(b); l2norm x * rsqrt(sum x^2 + 1e-6) when
 use_qk_l2norm_in_kernel.
 
-Differences: padding rows get a zero output row (vLLM leaves them unwritten); without
-ssm_state_indices row n uses slot n. Not supported (NotImplementedError): more than one
-token per sequence, is_kda=True, per-channel beta, retrieve_parent_token (EAGLE trees),
-softplus thresholds below 15. cu_seqlens must be [0, 1, ..., N] (one token per
-sequence): anything else fails torch's asynchronous assert (at once on the CPU, at the
-stream's next synchronization on a GPU, before the step writes anything), so the call
-never synchronizes with the device and never returns a silently wrong result.
+Several tokens per sequence (speculative decoding): ssm_state_indices [N, T] gives every
+token a slot. With cu_seqlens (q [1, total, H, K], rows of 0 to T tokens) or dense
+q [N, T, H, K], sequence n starts from slot ssm_state_indices[n, num_accepted_tokens[n] - 1]
+(column 0 without num_accepted_tokens), its tokens run in order, and token t's state goes
+to slot ssm_state_indices[n, t] (inplace_final_state=True). It runs as one gdnkit step per
+token position with the slots doing the routing, so the result is bitwise that of T
+one-token calls and nothing synchronizes with the device; it reads and writes the state
+once per token (the fused multi-token kernel, which reads it once, is not in gdnkit yet).
+
+Differences: padding rows get a zero output row (vLLM leaves them unwritten); a sequence
+whose first slot is padding has every token's output zero; without ssm_state_indices
+row n uses slot n. Not supported (NotImplementedError): several tokens per sequence
+without 2-D ssm_state_indices or with inplace_final_state=False, is_kda=True,
+per-channel beta, retrieve_parent_token (EAGLE trees), softplus thresholds below 15.
+With one token per sequence (1-D ssm_state_indices) cu_seqlens must be [0, 1, ..., N]:
+anything else fails torch's asynchronous assert (at once on the CPU, at the stream's
+next synchronization on a GPU, before the step writes anything), so the call never
+synchronizes with the device and never returns a silently wrong result.
 """
 import torch
 
@@ -93,9 +104,100 @@ def _slots(ssm_state_indices, num_accepted_tokens, null_block_id, who):
     return read, write
 
 
+def _several_tokens(k, cu_seqlens, ssm_state_indices):
+    """Whether the call verifies several tokens per sequence (speculative decoding)."""
+    if cu_seqlens is None:
+        return k.shape[1] > 1
+    return ssm_state_indices is not None and ssm_state_indices.ndim == 2 and ssm_state_indices.shape[1] > 1
+
+
+def _decode_tokens(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_state,
+                   inplace_final_state, cu_seqlens, ssm_state_indices, num_accepted_tokens,
+                   l2norm, layout, null_block_id):
+    """Several tokens per sequence, as vLLM's spec decode: token t of sequence n runs on the
+    state token t - 1 left, reading slot ssm_state_indices[n, num_accepted_tokens[n] - 1]
+    first (column 0 without num_accepted_tokens) and writing token t's state to
+    ssm_state_indices[n, t]. Run as one gdnkit step per token position, the slots doing the
+    routing: bitwise the result of T one-token calls, with no host synchronization (a token
+    a sequence does not have becomes a padding row of that step). Costs a state read and
+    write per token, where a fused multi-token kernel would read the state once."""
+    if not inplace_final_state:
+        raise NotImplementedError(f"{who}: several tokens per sequence need inplace_final_state=True")
+    if initial_state is None:
+        raise ValueError(f"{who}: several tokens per sequence need initial_state (the state pool)")
+    if ssm_state_indices is None or ssm_state_indices.ndim != 2:
+        raise NotImplementedError(
+            f"{who}: several tokens per sequence need ssm_state_indices [N, T] (one slot per token)")
+    N, T = ssm_state_indices.shape
+    H, K = k.shape[-2:]
+    HV, V = v.shape[-2:]
+    dev = q.device
+    if cu_seqlens is None:
+        B, Tq = k.shape[0], k.shape[1]
+        if B != N or Tq > T:
+            raise ValueError(f"{who}: q [B, T] = [{B}, {Tq}] does not fit ssm_state_indices "
+                             f"{tuple(ssm_state_indices.shape)}")
+        total = B * Tq
+        starts = torch.arange(N, device=dev) * Tq
+        lengths = torch.full((N,), Tq, device=dev)
+    else:
+        if k.shape[0] != 1:
+            raise ValueError(
+                f"The batch size is expected to be 1 rather than {k.shape[0]} when using "
+                f"`cu_seqlens`. Please flatten variable-length inputs before processing.")
+        if cu_seqlens.shape[0] - 1 != N:
+            raise ValueError(f"{who}: cu_seqlens has {cu_seqlens.shape[0] - 1} sequences, "
+                             f"ssm_state_indices {N}")
+        total = k.shape[1]
+        starts = cu_seqlens[:-1].to(torch.int64)
+        lengths = cu_seqlens[1:].to(torch.int64) - starts
+        # a token past a row's T slots, or outside q, would be dropped: refused (no host sync)
+        torch._assert_async(((lengths >= 0) & (lengths <= T)).all() & (cu_seqlens[0] == 0)
+                            & (cu_seqlens[-1] == total),
+                            f"{who}: cu_seqlens must rise from 0 to {total} by at most {T} "
+                            f"tokens a sequence (the columns of ssm_state_indices)")
+    if scale is None:
+        scale = K**-0.5
+    idx = ssm_state_indices if ssm_state_indices.dtype in (torch.int32, torch.int64) \
+        else ssm_state_indices.to(torch.int32)
+    if null_block_id is not None:
+        idx = torch.where(idx <= null_block_id, -1, idx)
+    if num_accepted_tokens is None:
+        first = idx[:, 0]
+    else:
+        first = torch.gather(idx, 1, (num_accepted_tokens.to(torch.int64) - 1).reshape(-1, 1))[:, 0]
+    live = first >= 0  # a sequence whose first slot is padding is skipped whole
+    qf, kf = q.reshape(total, H, K), k.reshape(total, H, K)
+    vf = v.reshape(total, HV, V)
+    af, bf = a.reshape(total, -1), b.reshape(total, -1)
+    out = torch.zeros(total + 1, HV, V, dtype=q.dtype, device=dev)  # row `total`: absent tokens
+    sink = torch.full_like(starts, total)
+    none = torch.full_like(first, -1)
+    for t in range(T):
+        present = (lengths > t) & live
+        src = torch.clamp(starts + t, max=max(total - 1, 0))
+        read = torch.where(present, first if t == 0 else idx[:, t - 1], none)
+        write = idx[:, t].contiguous()
+        o_t = _ops.decode_kw(
+            q=qf.index_select(0, src), k=kf.index_select(0, src), v=vf.index_select(0, src),
+            a=af.index_select(0, src), b=bf.index_select(0, src), A_log=A_log, dt_bias=dt_bias,
+            state=initial_state, state_indices=read.contiguous(), state_out_indices=write,
+            layout=layout, gate=gate, l2norm=l2norm, scale=float(scale), out_dtype=q.dtype)
+        out.index_copy_(0, torch.where(present, starts + t, sink), o_t.reshape(N, HV, V))
+    return out[:total].reshape(v.shape), initial_state
+
+
 def _decode(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_state,
             inplace_final_state, cu_seqlens, ssm_state_indices, num_accepted_tokens,
             use_qk_l2norm_in_kernel, state_layout, null_block_id):
+    if _several_tokens(k, cu_seqlens, ssm_state_indices):
+        return _decode_tokens(
+            who, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, gate=gate, scale=scale,
+            initial_state=initial_state, inplace_final_state=inplace_final_state,
+            cu_seqlens=cu_seqlens, ssm_state_indices=ssm_state_indices,
+            num_accepted_tokens=num_accepted_tokens,
+            l2norm=_ops.RSQRT if use_qk_l2norm_in_kernel else _ops.NO_NORM,
+            layout=_layout_id(state_layout), null_block_id=null_block_id)
     N = _one_token_per_sequence(q, k, cu_seqlens, who)
     K = k.shape[-1]
     HV, V = v.shape[-2], v.shape[-1]
