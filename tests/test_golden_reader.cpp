@@ -451,10 +451,11 @@ TEST_F(GoldenTest, LoadUnknownLayout) {
 
 TEST_F(GoldenTest, LoadUnknownMetadataValues) {
   const std::pair<const char*, const char*> bad[] = {
-      {"op", "gdn_prefill"}, {"format_version", "3"}, {"l2norm", "l3"},
+      {"op", "gdn_prefill"}, {"format_version", "4"}, {"l2norm", "l3"},
       {"head_map", "spiral"}, {"gate", "cooked"},     {"output_dtype", "F8"},
       {"scale", "abc"},      {"l2norm_eps", "-1"},    {"num_slots", "4"},
-      {"invalid_indices", "x"}};
+      {"invalid_indices", "x"}, {"num_tokens", "0"},  {"num_tokens", "17"},
+      {"update_state", "maybe"}};
   for (const auto& kv : bad) {
     SafetensorsFile f = valid_case();
     f.metadata[kv.first] = kv.second;
@@ -462,6 +463,20 @@ TEST_F(GoldenTest, LoadUnknownMetadataValues) {
     write_ok(p, f);
     expect_load_error(p, kv.first, kv.second);
   }
+}
+
+TEST_F(GoldenTest, LoadRefusesVersion3KeysInOlderVersions) {
+  // several tokens in a file that says version 2: refused, not half-run
+  SafetensorsFile f = valid_case();
+  f.metadata["format_version"] = "2";
+  f.metadata["num_tokens"] = "2";
+  write_ok(path("v2_tokens.safetensors"), f);
+  expect_load_error(path("v2_tokens.safetensors"), "num_tokens", "format_version 3");
+  f = valid_case();
+  f.metadata["format_version"] = "1";
+  f.metadata["update_state"] = "false";
+  write_ok(path("v1_update.safetensors"), f);
+  expect_load_error(path("v1_update.safetensors"), "update_state", "format_version 3");
 }
 
 // ---- load_case: format version 2 (conv prologue, gated RMSNorm) ------------------

@@ -393,6 +393,7 @@ def _row_tokens(c):
     # only valid ranges, and every packed token belongs to a row
     assert len(cu) == B + 1 and cu[0] == 0, cu
     assert all(0 <= cu[b + 1] - cu[b] <= T for b in range(B)), cu
+    assert cu[B] > 0, "a case needs at least one token to draw inputs for"
     return [list(range(cu[b], cu[b + 1])) for b in range(B)], cu[B]
 
 
@@ -481,7 +482,7 @@ def build_case_multi(c, seed):
         t["token_state_indices"] = (it, (B, T), stored["token_state_indices"])
     if c["intermediate"]:
         # as expected_state: F64 for an F32 state, F32 (exact for F16/BF16 values) otherwise;
-        # NaN where a row has no token (the reader compares only the other entries)
+        # NaN for tokens a row does not have and for padding rows (the reader skips those)
         es = t["expected_state"][0]
         t["expected_intermediate_states"] = (es, inter.shape, encode(inter, es))
     if c["intermediate_conv"]:

@@ -1,6 +1,7 @@
 """The cases gen_golden.py writes: the options of a case and their defaults
 (DEFAULTS), the standard set (CASES, tests/golden) and random cases
-(random_case, describe). Python 3 and numpy only.
+(random_case; random_case_multi for format version 3; describe). Python 3 and
+numpy only.
 """
 
 import numpy as np
@@ -271,6 +272,9 @@ CASES_V2 = [
 
 # Format version 3: several tokens per row (speculative decoding). Inputs are drawn as for a
 # one-token case with one row per token (B*T rows dense, total_tokens packed), in the same order.
+# An F32 output goes only with an F32 state when T > 1: a later token's output is computed from
+# the state rounded after the token before, and one F16/BF16 rounding that an fp32 kernel lands
+# on the other side of moves that output by more than the F32 output bound (1e-5) allows.
 CASES_V3 = [
     ("mt_t2_inplace_f32_kv", 3000,
      "T=2 tokens per row, final state only, in place, no index arrays (row b in slot b); B=2 Hk=1 Hv=2, "
@@ -286,8 +290,8 @@ CASES_V3 = [
           state_out_indices=[4, 3, 1, 6], layout="vk", dtype="BF16", state_dtype="BF16")),
     ("mt_t8_i64_f16_kv", 3002,
      "T=8 (eight tokens on one state, rounded to F16 after each), final state in place, state_indices I64 "
-     "[1, 0] (swapped slots); B=2 Hk=2 Hv=4 (G=2), inputs F16, state F16, layout kv",
-     dict(num_tokens=8, B=2, Hk=2, Hv=4, num_slots=2, index_dtype="I64", state_indices=[1, 0],
+     "[1, 0] (swapped slots); B=2 Hk=1 Hv=2, head_map tiled, inputs F16, state F16, layout kv",
+     dict(num_tokens=8, B=2, Hk=1, Hv=2, head_map="tiled", num_slots=2, index_dtype="I64", state_indices=[1, 0],
           layout="kv", dtype="F16", state_dtype="F16")),
     ("mt_token_slots_accepted_i32_bf16_vk", 3003,
      "per-token slots (vLLM's ssm_state_indices [B, T]) with num_accepted_tokens, T=3, num_slots=6: "
@@ -303,14 +307,14 @@ CASES_V3 = [
      "per-token slots read through state_indices (no num_accepted_tokens), T=2: state_indices I64 [3, 0], "
      "token_state_indices [[1, 2], [0, -1]]: row 0 reads 3 (left as it was) and writes 1, 2; row 1 reads 0, "
      "writes its first token's state back to 0 and keeps the second nowhere; pool of 4; B=2 Hk=1 Hv=2, "
-     "inputs F32, state F16, layout kv",
+     "inputs F32, output F16, state F16, layout kv",
      dict(num_tokens=2, B=2, Hk=1, Hv=2, num_slots=4, index_dtype="I64", state_indices=[3, 0],
-          token_state_indices=[[1, 2], [0, -1]], layout="kv", state_dtype="F16")),
+          token_state_indices=[[1, 2], [0, -1]], layout="kv", state_dtype="F16", output_dtype="F16")),
     ("mt_intermediate_no_update_f32_vk", 3005,
      "FlashInfer MTP: expected_intermediate_states (B, T, Hv, Dv, Dk) with update_state=false (neither pool "
-     "written: expected_state equals state), T=3, state_indices I64 [1, 0]; B=2 Hk=1 Hv=2, inputs BF16, "
+     "written: expected_state equals state), T=2, state_indices I64 [1, 0]; B=2 Hk=1 Hv=2, inputs BF16, "
      "state F32 (intermediate states F64), layout vk",
-     dict(num_tokens=3, B=2, Hk=1, Hv=2, num_slots=2, index_dtype="I64", state_indices=[1, 0],
+     dict(num_tokens=2, B=2, Hk=1, Hv=2, num_slots=2, index_dtype="I64", state_indices=[1, 0],
           update_state=False, intermediate=True, layout="vk", dtype="BF16", state_dtype="F32")),
     ("mt_cu_seqlens_intermediate_i32_f16_kv", 3006,
      "cu_seqlens I32 [0, 2, 2, 5, 6] (rows of 2, 0, 3, 1 tokens, T=3, 6 packed tokens) with state_indices "
@@ -318,16 +322,16 @@ CASES_V3 = [
      "row 0 reads 1 writes 3 after its 2nd token; row 1 has no tokens (nothing written, slot 2 unchanged); "
      "row 2 is padding (3 zero output rows; slot 4 untouched despite its write index); row 3 in place; "
      "intermediate entries of missing tokens and of the padding row are NaN (not compared); Hk=1 Hv=2, "
-     "inputs F32, state F16, layout kv",
+     "inputs F16, state F16, layout kv",
      dict(num_tokens=3, B=4, Hk=1, Hv=2, num_slots=5, index_dtype="I32", cu_seqlens=[0, 2, 2, 5, 6],
           state_indices=[1, 2, -1, 0], state_out_indices=[3, 2, 4, 0], intermediate=True, layout="kv",
-          state_dtype="F16")),
+          dtype="F16", state_dtype="F16")),
     ("mt_t1_cu_seqlens_i64_f16_vk", 3007,
      "T=1 through the version 3 path: cu_seqlens I64 [0, 1, 1, 2] (rows of 1, 0, 1 tokens) with "
      "state_indices [2, 0, 1] in place; row 1 has no token (slot 0 unchanged); B=3 Hk=1 Hv=2, inputs F16, "
-     "state F32, layout vk",
+     "state BF16, layout vk",
      dict(num_tokens=1, B=3, Hk=1, Hv=2, num_slots=3, index_dtype="I64", cu_seqlens=[0, 1, 1, 2],
-          state_indices=[2, 0, 1], layout="vk", dtype="F16", state_dtype="F32")),
+          state_indices=[2, 0, 1], layout="vk", dtype="F16", state_dtype="BF16")),
     ("mt_conv_w4_bf16_kv", 3008,
      "conv prologue W=4 with conv_bias, conv pool channel_major, T=3: the window advances one tap per "
      "token; state_indices I32 [0, 2] in place, pool of 3 (slot 1 untouched in both pools); B=2 Hk=1 "
@@ -350,8 +354,8 @@ CASES_V3 = [
           layout="vk", dtype="BF16", state_dtype="BF16")),
     ("mt_norm_f32_kv", 3011,
      "gated RMSNorm epilogue on every token, T=4, on q, k, v inputs, final state in place; B=2 Hk=1 Hv=2, "
-     "inputs F32, state BF16, layout kv",
-     dict(num_tokens=4, norm=True, B=2, Hk=1, Hv=2, layout="kv", state_dtype="BF16")),
+     "inputs F32, state F32, layout kv",
+     dict(num_tokens=4, norm=True, B=2, Hk=1, Hv=2, layout="kv")),
     ("mt_mixed_qkv_bf16_vk", 3012,
      "packed mixed_qkv rows (B, T, 2*Hk*Dk + Hv*Dv), T=3, final state in place; B=2 Hk=1 Hv=2, inputs BF16, "
      "state BF16, layout vk",
@@ -362,10 +366,10 @@ CASES_V3 = [
      dict(num_tokens=4, gate="precomputed", B=2, Hk=1, Hv=2, layout="kv", dtype="F16", state_dtype="F16")),
     ("mt_qwen35_tp8_t4_bf16_vk", 3014,
      "Qwen3.5-35B-A3B under tensor parallelism 8 with MTP: T=4, conv prologue W=4 (no bias) and gated "
-     "RMSNorm, B=2, Hk=2, Hv=4, Dk=Dv=128 (conv_dim 1024), state_indices I32 [1, 0] in place; inputs BF16, "
-     "state BF16, layout vk",
+     "RMSNorm, B=2, Hk=2, Hv=4, Dk=Dv=128 (conv_dim 1024), state_indices I32 [0, -1] in place into a pool "
+     "of 1 (row 1 a padding row of a padded batch: 4 zero output rows); inputs BF16, state BF16, layout vk",
      dict(num_tokens=4, conv_width=4, conv_bias=False, norm=True, B=2, Hk=2, Hv=4, Dk=128, Dv=128,
-          num_slots=2, index_dtype="I32", state_indices=[1, 0], layout="vk", dtype="BF16",
+          num_slots=1, index_dtype="I32", state_indices=[0, -1], layout="vk", dtype="BF16",
           state_dtype="BF16")),
 ]
 
@@ -432,6 +436,139 @@ def random_case(rng):
     return o
 
 
+def _real_rows(o, num_slots):
+    """The rows of a multi-token option set that read a state (the others are padding)."""
+    real = []
+    for r in range(o["B"]):
+        if o.get("state_indices") is not None:
+            s = o["state_indices"][r]
+        elif o.get("token_state_indices") is not None:
+            n = o["num_accepted_tokens"][r] if o.get("num_accepted_tokens") is not None else 1
+            s = o["token_state_indices"][r][n - 1] if 1 <= n <= o["num_tokens"] else -1
+        else:
+            s = r
+        if 0 <= s < num_slots:
+            real.append(r)
+    return real
+
+
+def random_case_multi(rng):
+    """Random valid format version 3 options: T tokens per row, dense or packed by cu_seqlens, with
+    the final state (read/write slots, padding, out-of-range), per-token slots (num_accepted_tokens
+    or state_indices) or the dense buffer of every token's state (update_state either way)."""
+    pick = lambda seq: seq[int(rng.integers(len(seq)))]
+    dtypes = ["F32", "F16", "BF16"]
+    o = dict(dtype=pick(dtypes), state_dtype=pick(dtypes), layout=pick(["kv", "vk"]),
+             Dk=pick([64, 64, 128]), Dv=pick([64, 64, 128]), l2norm=pick(["rsqrt", "rsqrt", "max_norm", "none"]),
+             head_map=pick(["interleaved", "tiled"]), gate=pick(["raw", "raw", "precomputed"]),
+             packed=bool(rng.random() < 0.25))
+    if rng.random() < 0.3:
+        o["output_dtype"] = pick(dtypes)
+    if rng.random() < 0.2:
+        o["scale"] = float(np.round(rng.uniform(0.05, 1.0), 4))
+    Hk = int(rng.integers(1, 3))
+    G = int(rng.integers(1, 4))
+    B = int(rng.integers(1, 5))
+    mode = pick(["final", "final", "token_slots", "buffer"])
+    # per-token slots take B*T slots of the pool: fewer tokens there keep the files small
+    T = pick([1, 2, 3, 4]) if mode == "token_slots" else pick([1, 2, 2, 3, 4, 4, 5, 8, 16])
+    if mode == "buffer":  # every token's state in the file: at most 2^19 values
+        while T > 1 and B * T * Hk * G * o["Dk"] * o["Dv"] > 1 << 19:
+            T //= 2
+    o.update(B=B, Hk=Hk, Hv=Hk * G, num_tokens=T)
+    lens = None
+    if rng.random() < 0.4:
+        lens = [int(n) for n in rng.integers(0, T + 1, B)]
+    num_slots = B
+    if mode == "token_slots":
+        # every row gets T slots of its own (-1 here and there, now and then one out of range);
+        # read through num_accepted_tokens (vLLM) or through state_indices from a slot nobody writes
+        by_state_indices = rng.random() < 0.3
+        num_slots = B * T + (B if by_state_indices else 0) + int(rng.integers(0, 3))
+        free = [int(s) for s in rng.permutation(num_slots)]
+        tsi, reads, accepted = [], [], []
+        for r in range(B):
+            if r > 0 and rng.random() < 0.15:
+                tsi.append([-1] * T)               # padding row: no slots at all
+                reads.append(-1)
+                accepted.append(1)
+                continue
+            row = [free.pop() for _ in range(T)]
+            own = list(row)
+            for t in range(T):
+                roll = rng.random()
+                if roll < 0.1:
+                    row[t] = -1                    # this token's state is not kept
+                elif roll < 0.15:
+                    row[t] = num_slots + int(rng.integers(0, 4))  # out of range: not written, reported
+            reads.append(free.pop() if by_state_indices else -1)
+            n = int(rng.integers(1, T + 1))
+            if rng.random() < 0.08:
+                n = pick([0, T + 1])               # outside [1, T]: padding, reported
+            if r == 0 and not by_state_indices:
+                n = min(max(n, 1), T)              # row 0 stays a real row
+                row[n - 1] = own[n - 1]
+            tsi.append(row)
+            accepted.append(n)
+        o.update(num_slots=num_slots, index_dtype=pick(["I32", "I64"]), token_state_indices=tsi)
+        if by_state_indices:
+            o["state_indices"] = reads
+        else:
+            o["num_accepted_tokens"] = accepted
+    elif rng.random() < 0.7 or lens is not None:
+        num_slots = B + int(rng.integers(0, 3))
+        reads = [int(s) for s in rng.permutation(num_slots)[:B]]
+        for r in range(B):
+            if rng.random() < 0.2:
+                reads[r] = -1                      # padding
+            elif rng.random() < 0.1:
+                reads[r] = num_slots + int(rng.integers(0, 3))  # out of range: padding, reported
+        if not any(0 <= s < num_slots for s in reads):
+            reads[0] = int(rng.integers(num_slots))  # keep one real row, so expected_o is not all zero
+        o.update(num_slots=num_slots, index_dtype=pick(["I32", "I64"]), state_indices=reads)
+        if rng.random() < 0.5:
+            # write slots: distinct, never a slot another row reads
+            taken = {s for s in reads if 0 <= s < num_slots}
+            free = [s for s in range(num_slots) if s not in taken]
+            writes = []
+            for s in reads:
+                roll = rng.random()
+                if not (0 <= s < num_slots) or roll < 0.15:
+                    writes.append(-1)              # padding row, or output only
+                elif roll < 0.25:
+                    writes.append(num_slots + 5)   # out of range write: output only, reported
+                elif roll < 0.6 and free:
+                    writes.append(free.pop(0))     # a different slot
+                else:
+                    writes.append(s)               # in place
+            o["state_out_indices"] = writes
+    if lens is not None:
+        # packed rows of 0..T tokens; a real row keeps at least one token, so that some output is not 0
+        real = _real_rows(o, num_slots)
+        if real and all(lens[r] == 0 for r in real):
+            lens[real[0]] = 1
+        o["cu_seqlens"] = [int(c) for c in np.concatenate([[0], np.cumsum(lens)])]
+        o.setdefault("index_dtype", pick(["I32", "I64"]))
+    if mode == "buffer":
+        o.update(intermediate=True, update_state=bool(rng.random() < 0.6))
+    elif mode == "final" and rng.random() < 0.1:
+        o["update_state"] = False
+    if rng.random() < 0.35:
+        o.update(conv_width=pick([2, 3, 4]), conv_bias=bool(rng.random() < 0.6),
+                 conv_state_layout=pick(["channel_major", "tap_major"]), packed=False)
+        if o["l2norm"] == "none":
+            o["l2norm"] = "rsqrt"  # conv outputs are not unit-norm
+        if mode == "buffer" and rng.random() < 0.7:
+            o["intermediate_conv"] = True
+    if rng.random() < 0.35:
+        o.update(norm=True, norm_eps=pick([1e-6, 1e-6, 1e-5]))
+    if T > 1 and o["state_dtype"] != "F32" and (o.get("output_dtype") or o["dtype"]) == "F32":
+        # a later token's output carries the F16/BF16 rounding of the state before it: an F32
+        # output bound (1e-5) would judge one rounding flipped by an fp32 kernel, not the kernel
+        o["output_dtype"] = o["state_dtype"]
+    return o
+
+
 def describe(o):
     c = dict(DEFAULTS)
     c.update(o)
@@ -450,4 +587,16 @@ def describe(o):
         parts.append(f"conv W={c['conv_width']} {c['conv_state_layout']}" + (" +bias" if c["conv_bias"] else ""))
     if c["norm"]:
         parts.append(f"gated RMSNorm eps {c['norm_eps']}")
+    if c["num_tokens"] is not None:  # format version 3 (one-token descriptions stay as they were)
+        parts.append(f"T={c['num_tokens']}")
+        if c["cu_seqlens"] is not None:
+            parts.append(f"cu_seqlens {c['cu_seqlens']}")
+        if c["token_state_indices"] is not None:
+            parts.append(f"token_state_indices {c['token_state_indices']}")
+        if c["num_accepted_tokens"] is not None:
+            parts.append(f"num_accepted_tokens {c['num_accepted_tokens']}")
+        if c["intermediate"]:
+            parts.append("intermediate states" + (" and conv windows" if c["intermediate_conv"] else ""))
+        if not c["update_state"]:
+            parts.append("update_state false")
     return "random case: " + ", ".join(parts)

@@ -130,6 +130,7 @@ struct CaseReport {
   // Format version 3: the per-token state buffers (compared where expected is not NaN).
   bool has_intermediate{false}, has_intermediate_conv{false};
   Comparison intermediate, intermediate_conv;
+  bool unsupported{false};       // the backend refused the case as kUnsupported (error says why)
   uint32_t invalid_reported{0};  // out-of-range indices the backend counted
   std::string notes;             // what the case exercised, for the printed line
 };
