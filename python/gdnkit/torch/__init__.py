@@ -23,7 +23,7 @@ Drop-in wrappers with the signatures of the kernels they replace:
     gdnkit.torch.sglang.fused_sigmoid_gating_delta_rule_update
     gdnkit.torch.fla.fused_recurrent_gated_delta_rule
     gdnkit.torch.flashinfer.gated_delta_rule_decode_pretranspose / gated_delta_rule_decode /
-        gated_delta_rule (the bf16-state entry)
+        gated_delta_rule (the bf16-state entry) / gated_delta_rule_mtp (several tokens)
 """
 from ._ops import decode_kw as decode  # and registers torch.ops.gdnkit.*
 from ._ops import fused_deltanet_decode, fused_deltanet_decode_  # noqa: F401

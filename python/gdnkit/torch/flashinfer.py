@@ -1,4 +1,4 @@
-"""Drop-ins for FlashInfer's GatedDeltaNet decode API (one token per sequence).
+"""Drop-ins for FlashInfer's GatedDeltaNet decode API.
 
 FlashInfer (flashinfer/gdn_decode.py, flashinfer/gdn_kernels/gdn_decode_bf16_state.py):
 
@@ -9,9 +9,10 @@ FlashInfer (flashinfer/gdn_decode.py, flashinfer/gdn_kernels/gdn_decode_bf16_sta
 here:
 
     from gdnkit.torch.flashinfer import (gated_delta_rule_decode_pretranspose,
-                                         gated_delta_rule_decode, gated_delta_rule)
+                                         gated_delta_rule_mtp, gated_delta_rule_decode,
+                                         gated_delta_rule)
 
-Same signatures, argument order, defaults and results, for T = 1:
+Same signatures, argument order, defaults and results:
 
     gated_delta_rule_decode_pretranspose(q, k, v, state, A_log, a, dt_bias, b, scale=None,
         output=None, use_qk_l2norm=True, initial_state=None, initial_state_indices=None,
@@ -20,39 +21,98 @@ Same signatures, argument order, defaults and results, for T = 1:
   V-major state [B, HV, V, K] (gdnkit's "vk" layout), or a pool initial_state
   [pool_size, HV, V, K] (any slot stride, K contiguous) addressed by
   initial_state_indices [B] (int32/int64); output_state_indices [B] names a different
-  write slot per row. Returns the state tensor it updated in place.
+  write slot per row. Returns the state tensor it updated in place. With T > 1 tokens per
+  sequence it runs the multi-token path below, as FlashInfer does (with a per-batch
+  `state`, row n is slot n); intermediate_states_buffer and disable_state_update need
+  T > 1 (ValueError with T = 1, as in FlashInfer).
+
+    gated_delta_rule_mtp(q, k, v, initial_state, initial_state_indices, A_log, a, dt_bias,
+        b, scale=None, output=None, intermediate_states_buffer=None,
+        ssm_state_indices=None, disable_state_update=None, use_qk_l2norm=True,
+        output_state_indices=None) -> (output, initial_state)
+  Several tokens per sequence (speculative decoding verification: T = 1 + k draft
+  tokens) over the pool initial_state [pool_size, HV, V, K]. disable_state_update=None
+  means True, as in FlashInfer (which warns that its default will become False): a
+  FutureWarning says so; pass it explicitly.
 
     gated_delta_rule_decode(q, k, v, state, A_log, a, dt_bias, b, scale=None,
         output=None, use_qk_l2norm=True) -> (output, state)
-  K-major state [B, HV, K, V] (gdnkit's "kv" layout), updated in place.
+  K-major state [B, HV, K, V] (gdnkit's "kv" layout), updated in place; T = 1.
 
     gated_delta_rule(A_log, a, dt_bias, softplus_beta=1.0, softplus_threshold=20.0,
         q=None, k=None, v=None, b=None, initial_state_source=None,
         initial_state_indices=None, output_state_indices=None, output=None,
         use_qk_l2norm_in_kernel=True, scale=None) -> output
   FlashInfer's BF16-state kernel entry (gdn_decode_bf16_state.gated_delta_rule, also
-  exported as gated_delta_rule_bf16state_cooprow): the pool initial_state_source
+  exported as gated_delta_rule_bf16state_cooprow), T = 1: the pool initial_state_source
   [pool_size, HV, V, K] is updated in place at the write slots; returns only the output.
 
-Shapes: q, k [B, 1, H, K], v [B, 1, HV, V], a, b [B, 1, HV], A_log, dt_bias [HV]
-(head h reads q/k head h // (HV / H)). The output is [B, 1, HV, V] in q's dtype, or,
+Shapes: q, k [B, T, H, K], v [B, T, HV, V], a, b [B, T, HV], A_log, dt_bias [HV]
+(head h reads q/k head h // (HV / H)). The output is [B, T, HV, V] in q's dtype, or,
 when `output` is given, written into `output` (in its dtype) and returned as that same
 tensor. Gate as FlashInfer's: g = -exp(A_log) * softplus(a + dt_bias) (softplus(x) = x
 above x = 20; gated_delta_rule: softplus(beta * x) / beta, switching at beta * x >
 threshold), beta = sigmoid(b); use_qk_l2norm: x * rsqrt(sum x^2 + 1e-6); scale None =
 K**-0.5, applied to q after the norm.
 
+Several tokens per sequence (T > 1), as FlashInfer's MTP kernels: token t of row n runs
+on the state token t - 1 left (token 0 on slot initial_state_indices[n]); its output is
+output[n, t]. Where the states go:
+  - by default, the state after the row's last token goes to its write slot
+    (output_state_indices[n], else initial_state_indices[n]); a negative write slot
+    writes nothing;
+  - intermediate_states_buffer [>= B, >= T, HV, V, K] (contiguous, in the pool's dtype):
+    the state after token t of row n also goes to the buffer's state block n * T + t,
+    counted over the buffer as [B * T, HV, V, K] blocks from its start, as FlashInfer's
+    kernels address it: buffer[n, t] when the buffer has T steps (FlashInfer's
+    documented shape); with more steps, FlashInfer packs the blocks the same way;
+  - disable_state_update=True: the pool is not written at all (bitwise unchanged),
+    typically with intermediate_states_buffer keeping every token's state for rollback;
+  - ssm_state_indices [B, T] (gated_delta_rule_mtp only; with neither of the two above):
+    the state after token t goes to pool slot ssm_state_indices[n, t] and nothing else
+    is written (the last token's slot holds the final state; output_state_indices is
+    not used, as in FlashInfer).
+It runs as T chained one-token gdnkit steps with the slots doing the routing: the
+intermediate buffer (or a scratch copy of the B states, or the pool itself where the
+read and write slots allow it: same slots, or ssm_state_indices) is the pool the steps
+read and write, token t reading the block token t - 1 wrote; torch index ops gather the
+initial states and scatter the final ones, and nothing synchronizes with the device.
+The state is rounded to its dtype between tokens (a store and a reload), each token's
+output computed from the unrounded state, so the result is bitwise that of T one-token
+calls chained through the pool, which is gdnkit's multi-token semantics. Correct, not
+yet the single-read kernel: it reads and writes every row's state once per token (T
+reads and writes where FlashInfer's fused kernel reads once and writes once), and where
+the steps run outside the pool (intermediate_states_buffer, output_state_indices,
+disable_state_update) it also gathers the initial states and, unless
+disable_state_update, scatters the final ones: a few more passes over the B states.
+
 Deliberate differences from FlashInfer:
   - Padding rows (a negative initial_state_indices entry) read and write no slot and
-    get an all-zero output row, whatever the state dtype: FlashInfer's float32 kernel
-    does the same, but its BF16-state kernels (bf16 state, K = V = 128) send padding
-    rows to slot 0, read and write slot 0 there (a "null buffer" the caller reserves)
-    and leave the output row undefined. Here slot 0 is an ordinary slot: a pool laid
-    out with a sacrificial slot 0 keeps working, and that slot is simply never touched.
+    get an all-zero output row, whatever the state dtype and T: FlashInfer's float32
+    kernels do the same for T = 1 (the MTP kernel leaves the row of a caller's `output`
+    as it was, zero only in the output it allocates; here the row is zeroed either way),
+    but its BF16-state kernels (bf16 state, K = V = 128) send padding rows to slot 0,
+    read and write slot 0 there (a "null buffer" the caller reserves), write that row's
+    blocks of intermediate_states_buffer, and leave the output row undefined. Here slot 0
+    is an ordinary slot: a pool laid out with a sacrificial slot 0 keeps working, and
+    that slot is simply never touched; a padding row's intermediate_states_buffer
+    blocks are left as they were.
   - A negative output_state_indices entry (valid read slot) computes the output and
-    writes no state; FlashInfer's float32 kernel redirects that write to slot 0.
+    writes no state, as FlashInfer's MTP kernel does; its float32 T = 1 kernel
+    redirects that write to slot 0.
   - An index >= the pool size is treated as padding (FlashInfer reads and writes out
-    of bounds).
+    of bounds). A negative or out-of-range ssm_state_indices entry (FlashInfer does not
+    check them) stores nothing, and the row's later tokens then read no state: their
+    outputs are zero and they store nothing.
+  - bfloat16 (and float16) states are rounded to their dtype after every token.
+    FlashInfer's BF16 MTP kernels keep the state in float32 registers across the T
+    tokens and round only what they store, so from the second token on their outputs
+    and states differ from gdnkit's (and from T one-token calls) by bfloat16 rounding,
+    within the bfloat16 tolerance. Float32 states round to themselves: no difference.
+  - With intermediate_states_buffer and disable_state_update=False the final state is
+    also written to the pool, as FlashInfer's float32 MTP kernel and its BF16 ILP kernel
+    do; FlashInfer's BF16 wide-vector kernel (which it picks when B * HV >= 128) skips
+    that pool write whenever the buffer is given.
   - float16 q, k, v, a, b are read as float16. FlashInfer's kernels load them as
     bfloat16 (and compute the output in bfloat16 before casting it to q's dtype), so
     there float16 inputs give results bit-identical to the same values passed as
@@ -62,31 +122,43 @@ Deliberate differences from FlashInfer:
     bfloat16 result bit for bit passes bfloat16 tensors. Likewise the output is rounded
     once, to its own dtype (q's, or `output`'s), not through bfloat16 first.
   - Without `output`, every call returns a new tensor. FlashInfer's gated_delta_rule
-    returns a buffer cached per shape that its next call of that shape overwrites.
-  - With `output`, the step computes into a temporary in `output`'s dtype and copies
-    it into `output` (one extra pass over B * HV * V elements).
-  - Accepted beyond FlashInfer: float32, bfloat16 and float16 states on all three
-    entries (FlashInfer: float32 or bfloat16 with K = V = 128; float32 only for
-    gated_delta_rule_decode; bfloat16 only for gated_delta_rule); float32 q, k, v;
-    any head dims gdnkit supports (multiples of 16 in [16, 256]; FlashInfer needs
-    K = V = 128 for bfloat16 states, K, V >= 128 otherwise); gated_delta_rule without
+    (and its BF16 MTP kernel) return a buffer cached per shape that the next call of
+    that shape overwrites.
+  - With `output`, each token's step computes into a temporary in `output`'s dtype and
+    copies it into `output` (one extra pass over B * HV * V elements a token).
+  - Accepted beyond FlashInfer: float32, bfloat16 and float16 states on every entry
+    (FlashInfer: float32 or bfloat16 with K = V = 128 for the pretranspose entry;
+    float32 only for gated_delta_rule_decode and gated_delta_rule_mtp; bfloat16 only for
+    gated_delta_rule); float32 q, k, v; any head dims gdnkit supports (multiples of 16 in
+    [16, 256]; FlashInfer needs K = V = 128 for bfloat16 states, K, V >= 128
+    otherwise); with T > 1 on the pretranspose entry, a per-batch `state`,
+    intermediate_states_buffer and disable_state_update whatever the state dtype and
+    head dims (FlashInfer: bfloat16 K = V = 128 only; its float32 path needs a pool and
+    refuses the other two); an intermediate_states_buffer with more than B rows there
+    (FlashInfer's BF16 path wants exactly B); int64 ssm_state_indices (FlashInfer:
+    int32); a pool of any slot strides in gated_delta_rule_mtp; gated_delta_rule without
     initial_state_indices (row n uses slot n, as FlashInfer releases before its
     pool-only kernels did). A pool whose per-slot blocks are not packed ([HV, V, K]
     dense) is stepped on a packed copy that is written back.
-  - Arguments FlashInfer checks with `assert` raise ValueError here, naming them.
+  - Arguments FlashInfer checks with `assert` raise ValueError here, naming them: T > 1
+    on gated_delta_rule_decode and gated_delta_rule (FlashInfer's entries for one token
+    a sequence), an intermediate_states_buffer of the wrong shape, dtype or layout,
+    ssm_state_indices together with intermediate_states_buffer or
+    disable_state_update, or with T < 2. So do, beyond FlashInfer's checks, a and b
+    other than [B, T, HV] when T > 1 (FlashInfer's kernels index them as such).
 
-Not supported (NotImplementedError, naming the argument): more than one token per
-sequence (q [B, T, H, K] with T > 1: FlashInfer's multi-token (MTP) path, with
-intermediate_states_buffer and disable_state_update), scale=0 (gdnkit reads a zero
-scale as "default"), softplus thresholds below 15. As in FlashInfer,
-intermediate_states_buffer or disable_state_update with T = 1 raise ValueError.
+Not supported (NotImplementedError, naming the argument): scale=0 (gdnkit reads a zero
+scale as "default"), softplus thresholds below 15.
 """
+import warnings
+
 import torch
 
 from . import _ops
 from ._gates import raw_gate_inputs
 
 _WHO_PRETRANSPOSE = "gated_delta_rule_decode_pretranspose"
+_WHO_MTP = "gated_delta_rule_mtp"
 _WHO_DECODE = "gated_delta_rule_decode"
 _WHO_BF16 = "gated_delta_rule"
 
@@ -100,11 +172,26 @@ def _shape_bthd(q, v, who):
 
 
 def _one_token(T, who):
+    # FlashInfer asserts T == 1 on these entries; its multi-token path is another entry.
     if T != 1:
-        raise NotImplementedError(
-            f"{who}: q, k, v with T = {T} tokens per sequence (q [B, T, H, K]) are not "
-            f"supported by gdnkit here: one token per sequence (T = 1); the multi-token "
-            f"(MTP) path is not implemented")
+        raise ValueError(
+            f"{who}: takes one token per sequence (q [B, 1, H, K]), got T = {T}; several "
+            f"tokens per sequence go through {_WHO_MTP} or {_WHO_PRETRANSPOSE}")
+
+
+def _scale_value(scale, K, who):
+    if scale is None:
+        return K**-0.5
+    if float(scale) == 0.0:
+        raise NotImplementedError(f"{who}: scale=0 is not supported by gdnkit (a zero scale "
+                                  f"means K**-0.5 there)")
+    return float(scale)
+
+
+def _output_shape(output, shape, who):
+    if output is not None and tuple(output.shape) != shape:
+        raise ValueError(f"{who}: expected output shape [{', '.join(map(str, shape))}], got "
+                         f"{tuple(output.shape)}")
 
 
 def _slot_indices(idx, B, name, who):
@@ -136,14 +223,8 @@ def _step(who, *, q, k, v, a, b, A_log, dt_bias, state, layout, read, write, sca
           use_qk_l2norm, output, softplus_beta=1.0, softplus_threshold=20.0):
     """One gdnkit step with FlashInfer's tensors; returns the output [B, 1, HV, V]."""
     B, _, _, K, HV, V = _shape_bthd(q, v, who)
-    if scale is None:
-        scale = K**-0.5
-    elif float(scale) == 0.0:
-        raise NotImplementedError(f"{who}: scale=0 is not supported by gdnkit (a zero scale "
-                                  f"means K**-0.5 there)")
-    if output is not None and tuple(output.shape) != (B, 1, HV, V):
-        raise ValueError(f"{who}: expected output shape [{B}, 1, {HV}, {V}], got "
-                         f"{tuple(output.shape)}")
+    scale = _scale_value(scale, K, who)
+    _output_shape(output, (B, 1, HV, V), who)
     A_log, a, b, dt_bias = raw_gate_inputs(A_log, a.reshape(B, HV), b.reshape(B, HV), dt_bias,
                                            softplus_beta, softplus_threshold, who)
     if write is not None and write.dtype != read.dtype:
@@ -153,7 +234,7 @@ def _step(who, *, q, k, v, a, b, A_log, dt_bias, state, layout, read, write, sca
         q=_inner_contiguous(q), k=_inner_contiguous(k), v=_inner_contiguous(v), a=a, b=b,
         A_log=A_log, dt_bias=dt_bias, state=pool, state_indices=read, state_out_indices=write,
         layout=layout, gate=_ops.RAW, l2norm=_ops.RSQRT if use_qk_l2norm else _ops.NO_NORM,
-        scale=float(scale), out_dtype=q.dtype if output is None else output.dtype)
+        scale=scale, out_dtype=q.dtype if output is None else output.dtype)
     if write_back:
         state.copy_(pool)
     o = o.reshape(B, 1, HV, V)
@@ -162,6 +243,123 @@ def _step(who, *, q, k, v, a, b, A_log, dt_bias, state, layout, read, write, sca
     output.copy_(o)
     return output
 
+
+# ---- several tokens per sequence ----------------------------------------------------------
+
+def _store(dst, dst_slots, ok, src, src_slots):
+    """dst[dst_slots[r]] = src[src_slots[r]] for every row r with ok[r]; the other rows
+    write nothing. Without a host synchronization the rows cannot be filtered, and
+    index_copy_ takes one source block per index, its result undefined where duplicate
+    indices carry different blocks: so each row that must not write repeats the first ok
+    row's copy (same index, same bits), and when no row is ok, every row copies block 0
+    of dst onto itself."""
+    first = ok.to(torch.int32).argmax().reshape(1)  # the first ok row, 0 when there is none
+    anyone = ok.any()
+    dst_slots = torch.where(ok, dst_slots, dst_slots.index_select(0, first))
+    src_slots = torch.where(ok, src_slots, src_slots.index_select(0, first))
+    dst_slots = torch.where(anyone, dst_slots, 0)
+    blocks = src.index_select(0, src_slots.clamp(0, src.shape[0] - 1))
+    blocks = torch.where(anyone, blocks, dst[0])
+    dst.index_copy_(0, dst_slots, blocks)
+
+
+def _intermediate_blocks(buffer, B, T, HV, V, K, dtype, who):
+    """The buffer as [blocks, HV, V, K], block n * T + t holding row n's state after token
+    t: FlashInfer's kernels address the buffer that way whatever its step count."""
+    if buffer.ndim != 5 or buffer.shape[0] < B or buffer.shape[1] < T or \
+            tuple(buffer.shape[2:]) != (HV, V, K):
+        raise ValueError(f"{who}: expected intermediate_states_buffer shape [>= {B}, >= {T}, "
+                         f"{HV}, {V}, {K}] ([B, T, HV, V, K]), got {tuple(buffer.shape)}")
+    if buffer.dtype != dtype:
+        raise ValueError(f"{who}: intermediate_states_buffer must be in the state's dtype "
+                         f"{dtype}, got {buffer.dtype}")
+    if not buffer.is_contiguous():
+        # A copy would take the writes the caller expects to find in the buffer.
+        raise ValueError(f"{who}: intermediate_states_buffer must be contiguous, got stride "
+                         f"{buffer.stride()}")
+    return buffer.view(-1, HV, V, K)
+
+
+def _tokens(who, *, q, k, v, a, b, A_log, dt_bias, pool, read, write, buffer, ssm, update,
+            scale, use_qk_l2norm, output):
+    """T tokens per row over the V-major pool [pool_size, HV, V, K] as T chained one-token
+    gdnkit steps (see the module docstring); returns the output [B, T, HV, V]."""
+    B, T, H, K, HV, V = _shape_bthd(q, v, who)
+    scale = _scale_value(scale, K, who)
+    _output_shape(output, (B, T, HV, V), who)
+    for name, x in (("a", a), ("b", b)):
+        if tuple(x.shape) != (B, T, HV):
+            raise ValueError(f"{who}: expected {name} shape [{B}, {T}, {HV}], got "
+                             f"{tuple(x.shape)}")
+    blocks = None
+    if buffer is not None:
+        blocks = _intermediate_blocks(buffer, B, T, HV, V, K, pool.dtype, who)
+    A_log, a, b, dt_bias = raw_gate_inputs(A_log, a, b, dt_bias, 1.0, 20.0, who)
+    out = output
+    if out is None:
+        out = torch.empty((B, T, HV, V), dtype=q.dtype, device=q.device)
+    if B == 0:
+        return out
+    l2norm = _ops.RSQRT if use_qk_l2norm else _ops.NO_NORM
+
+    def step(t, state, read_t, write_t):
+        o = _ops.decode_kw(
+            q=_inner_contiguous(q[:, t]), k=_inner_contiguous(k[:, t]),
+            v=_inner_contiguous(v[:, t]), a=a[:, t], b=b[:, t], A_log=A_log, dt_bias=dt_bias,
+            state=state, state_indices=read_t, state_out_indices=write_t, layout=_ops.VK,
+            gate=_ops.RAW, l2norm=l2norm, scale=scale, out_dtype=out.dtype)
+        out[:, t].copy_(o)
+
+    slots = pool.shape[0]
+    rows = torch.arange(B, device=read.device)
+    same_slots = write is None
+    read = read.to(torch.int64)
+    write = read if write is None else write.to(device=read.device, dtype=torch.int64)
+    valid = (read >= 0) & (read < slots)  # gdnkit's padding rule: the row reads nothing
+
+    if ssm is not None:
+        # Token t reads the slot token t - 1 wrote; a padding row stays padding throughout.
+        per_token = ssm.to(device=read.device, dtype=torch.int64)
+        state, write_back = _packed_slots(pool)
+        for t in range(T):
+            read_t = read if t == 0 else torch.where(valid, per_token[:, t - 1], -1)
+            step(t, state, read_t, per_token[:, t].contiguous())
+        if write_back:
+            pool.copy_(state)
+        return out
+
+    if blocks is not None:
+        # The buffer is the pool of the steps: row n's initial state is copied into block
+        # n * T, token 0 steps it in place, token t reads block n * T + t - 1 and writes
+        # n * T + t. Padding rows copy nothing and their blocks are never written.
+        base = rows * T
+        _store(blocks, base, valid, pool, read)
+        for t in range(T):
+            step(t, blocks, torch.where(valid, base + max(t - 1, 0), -1),
+                 torch.where(valid, base + t, -1))
+        states, last = blocks, base + T - 1
+    elif update and same_slots:
+        # Read and write slots coincide: the tokens step the pool in place.
+        state, write_back = _packed_slots(pool)
+        for t in range(T):
+            step(t, state, read, None)
+        if write_back:
+            pool.copy_(state)
+        return out
+    else:
+        # The states must not reach the pool before the last token (disable_state_update,
+        # or write slots another row may still have to read): step a scratch copy.
+        states = pool.index_select(0, torch.where(valid, read, 0)).contiguous()
+        local = torch.where(valid, rows, -1)
+        for t in range(T):
+            step(t, states, local, None)
+        last = rows
+    if update:
+        _store(pool, write, valid & (write >= 0) & (write < slots), states, last)
+    return out
+
+
+# ---- the entries ----------------------------------------------------------------------------
 
 def gated_delta_rule_decode_pretranspose(
     q,
@@ -182,16 +380,16 @@ def gated_delta_rule_decode_pretranspose(
     intermediate_states_buffer=None,
     disable_state_update=False,
 ):
-    """FlashInfer's V-major decode for T = 1: state [B, HV, V, K], or the pool
-    initial_state [pool_size, HV, V, K] with initial_state_indices (and optionally
-    output_state_indices). Returns (output [B, 1, HV, V], the state tensor updated in
-    place: initial_state with a pool, else state)."""
+    """FlashInfer's V-major decode: state [B, HV, V, K], or the pool initial_state
+    [pool_size, HV, V, K] with initial_state_indices (and optionally
+    output_state_indices). T > 1 tokens per sequence run the multi-token path (with
+    intermediate_states_buffer and disable_state_update). Returns (output [B, T, HV, V],
+    the state tensor updated in place: initial_state with a pool, else state)."""
     who = _WHO_PRETRANSPOSE
     B, T, H, K, HV, V = _shape_bthd(q, v, who)
     if (intermediate_states_buffer is not None or disable_state_update) and T == 1:
         raise ValueError(f"{who}: intermediate_states_buffer and disable_state_update are "
                          f"supported only by BF16 pretranspose decode with T > 1")
-    _one_token(T, who)
     use_pool = initial_state is not None
     if use_pool != (initial_state_indices is not None):
         raise ValueError(f"{who}: initial_state and initial_state_indices must be provided "
@@ -218,10 +416,81 @@ def gated_delta_rule_decode_pretranspose(
             raise ValueError(f"{who}: expected state shape [B={B}, HV={HV}, V={V}, K={K}], "
                              f"got {tuple(state.shape)}")
         target, read, write = state, None, None
+    if T > 1:
+        if read is None:  # the per-batch state is a pool of B slots, row n on slot n
+            read = torch.arange(B, device=target.device)
+        o = _tokens(who, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, pool=target,
+                    read=read, write=write, buffer=intermediate_states_buffer, ssm=None,
+                    update=not disable_state_update, scale=scale,
+                    use_qk_l2norm=use_qk_l2norm, output=output)
+        return o, target
     o = _step(who, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=target,
               layout=_ops.VK, read=read, write=write, scale=scale,
               use_qk_l2norm=use_qk_l2norm, output=output)
     return o, target
+
+
+def gated_delta_rule_mtp(
+    q,
+    k,
+    v,
+    initial_state,
+    initial_state_indices,
+    A_log,
+    a,
+    dt_bias,
+    b,
+    scale=None,
+    output=None,
+    intermediate_states_buffer=None,
+    ssm_state_indices=None,
+    disable_state_update=None,
+    use_qk_l2norm=True,
+    output_state_indices=None,
+):
+    """FlashInfer's multi-token (MTP) decode over the V-major pool initial_state
+    [pool_size, HV, V, K]: q, k [B, T, H, K], v [B, T, HV, V], a, b [B, T, HV]. Token t
+    of a row runs on the state token t - 1 left; the states go where the module
+    docstring says. Returns (output [B, T, HV, V], initial_state)."""
+    who = _WHO_MTP
+    if disable_state_update is None:
+        warnings.warn(f"{who}: disable_state_update=None means True (FlashInfer's current "
+                      f"default, which FlashInfer says will become False); pass True or "
+                      f"False explicitly", FutureWarning, stacklevel=2)
+        disable_state_update = True
+    B, T, H, K, HV, V = _shape_bthd(q, v, who)
+    if initial_state is None or initial_state_indices is None:
+        raise ValueError(f"{who}: initial_state and initial_state_indices are required")
+    pool_size = initial_state.shape[0]
+    if tuple(initial_state.shape) != (pool_size, HV, V, K):
+        raise ValueError(f"{who}: expected initial_state shape [pool_size={pool_size}, "
+                         f"HV={HV}, V={V}, K={K}], got {tuple(initial_state.shape)}")
+    read = _slot_indices(initial_state_indices, B, "initial_state_indices", who)
+    write = (None if output_state_indices is None else
+             _slot_indices(output_state_indices, B, "output_state_indices", who))
+    if ssm_state_indices is not None:
+        if intermediate_states_buffer is not None:
+            raise ValueError(f"{who}: ssm_state_indices and intermediate_states_buffer are "
+                             f"mutually exclusive")
+        if disable_state_update:
+            raise ValueError(f"{who}: ssm_state_indices requires state writes; "
+                             f"disable_state_update must be False")
+        if T < 2:
+            raise ValueError(f"{who}: ssm_state_indices requires T >= 2 (got T={T})")
+        if tuple(ssm_state_indices.shape) != (B, T):
+            raise ValueError(f"{who}: ssm_state_indices must have shape [B={B}, T={T}], got "
+                             f"{tuple(ssm_state_indices.shape)}")
+        if ssm_state_indices.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"{who}: ssm_state_indices must be int32 or int64, got "
+                             f"{ssm_state_indices.dtype}")
+        if ssm_state_indices.device != q.device:
+            raise ValueError(f"{who}: ssm_state_indices device {ssm_state_indices.device} != "
+                             f"q device {q.device}")
+    o = _tokens(who, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, pool=initial_state,
+                read=read, write=write, buffer=intermediate_states_buffer,
+                ssm=ssm_state_indices, update=not disable_state_update, scale=scale,
+                use_qk_l2norm=use_qk_l2norm, output=output)
+    return o, initial_state
 
 
 def gated_delta_rule_decode(
@@ -237,7 +506,7 @@ def gated_delta_rule_decode(
     output=None,
     use_qk_l2norm=True,
 ):
-    """FlashInfer's K-major decode for T = 1: state [B, HV, K, V], updated in place.
+    """FlashInfer's K-major decode, T = 1: state [B, HV, K, V], updated in place.
     Returns (output [B, 1, HV, V], state)."""
     who = _WHO_DECODE
     B, T, H, K, HV, V = _shape_bthd(q, v, who)
@@ -302,6 +571,7 @@ gated_delta_rule_bf16state_cooprow = gated_delta_rule
 
 __all__ = [
     "gated_delta_rule_decode_pretranspose",
+    "gated_delta_rule_mtp",
     "gated_delta_rule_decode",
     "gated_delta_rule",
     "gated_delta_rule_bf16state_cooprow",
