@@ -457,7 +457,12 @@ def check_mtp(o, pool, before, o_ref, pool_ref, written, read, *, out_dtype):
     valid = torch.tensor([0 <= s < pool.shape[0] for s in read.cpu().tolist()])
     assert o.shape == o_ref.shape and o.dtype == out_dtype
     o = o.cpu()
-    assert_close(o[valid], o_ref[valid], TOL_OUT[out_dtype], "output")
+    # From the second token on the output is computed from a state stored in its dtype, so
+    # its bound is the looser of the output's and the state's (docs/golden-format.md,
+    # Tolerances): one rounding of that state landing the other way moves a float32 output
+    # past 1e-5.
+    tol = max(TOL_OUT[out_dtype], TOL_STATE[pool.dtype]) if o.shape[1] > 1 else TOL_OUT[out_dtype]
+    assert_close(o[valid], o_ref[valid], tol, "output")
     assert not o[~valid].any(), "padding rows must get a zero output"
     kept = [s for s in range(pool.shape[0]) if s not in written]
     assert_close(pool.cpu()[written], pool_ref[written], TOL_STATE[pool.dtype], "written slots")
