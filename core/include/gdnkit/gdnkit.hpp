@@ -1,4 +1,4 @@
-// gdnkit — the fused GatedDeltaNet decode step (T = 1), C++ API.
+// gdnkit — the fused GatedDeltaNet decode step (one or several tokens a row), C++ API.
 //
 //   gdn::DecodeParams p;              // sizes, pointers, strides, switches
 //   ...                               // see params.hpp

@@ -125,8 +125,8 @@ struct DecodeParams {
 
   // ---- multi-token decode (speculative decoding; optional) ------------------
   // num_tokens = T > 1: each row carries up to T tokens that run in order on
-  // the row's state (read once, kept on chip, rounded to state_dtype after
-  // every token exactly as a write and a read back would round it, so one call
+  // the row's state (read once, kept, rounded to state_dtype after every
+  // token exactly as a write and a read back would round it, so one call
   // equals T calls of one token). Every token has its own q, k, v, a, b, z, x
   // and output. Token t of row b sits at
   //   b * <t>_batch_stride + t * <t>_token_stride             (dense (B, T, ...))
@@ -182,7 +182,8 @@ constexpr int32_t kMaxTokens = 16;
 
 // True when a call uses any multi-token member (T > 1, cu_seqlens, per-token
 // slots, intermediate buffers or update_state = false): such calls run the
-// multi-token path of every backend.
+// host backend's multi-token path; the GPU backends refuse them (kUnsupported)
+// until their kernels carry the token loop.
 bool is_multi_token(const DecodeParams& p);
 // The first multi-token member a call uses (its name), or nullptr.
 const char* multi_token_member(const DecodeParams& p);
