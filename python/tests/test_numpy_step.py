@@ -277,6 +277,10 @@ def test_golden_files_present():
 def test_golden(path):
     t, meta = read_safetensors(path)
     assert meta.get("op", "gdn_decode").lower() == "gdn_decode"
+    if meta.get("format_version") == "3":
+        # several tokens a row: the C++ API and the golden suites run these; gdnkit.decode
+        # takes one token per sequence
+        pytest.skip("format version 3 (multi-token): not exposed by gdnkit.decode")
     layout = meta["layout"].lower()
     state, state_dtype = t["state"]
     num_slots = int(meta.get("num_slots", state.shape[0]))
