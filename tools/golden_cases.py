@@ -380,6 +380,39 @@ CASES = CASES + CASES_V2 + CASES_V3
 # random cases (files "written elsewhere", for tests)
 # ---------------------------------------------------------------------------
 
+def _random_slots(o, rng, pick, B):
+    """Random read slots for B rows (padding and out-of-range ones among them, at least one
+    real), and half the time distinct write slots that no other row reads; returns num_slots.
+    One draw order for the one-token and the multi-token random cases."""
+    num_slots = B + int(rng.integers(0, 3))
+    reads = [int(s) for s in rng.permutation(num_slots)[:B]]
+    for r in range(B):
+        if rng.random() < 0.2:
+            reads[r] = -1                      # padding
+        elif rng.random() < 0.1:
+            reads[r] = num_slots + int(rng.integers(0, 3))  # out of range: padding, reported
+    if not any(0 <= s < num_slots for s in reads):
+        reads[0] = int(rng.integers(num_slots))  # keep one real row, so expected_o is not all zero
+    o.update(num_slots=num_slots, index_dtype=pick(["I32", "I64"]), state_indices=reads)
+    if rng.random() < 0.5:
+        # write slots: distinct, never a slot another row reads (no read/write race)
+        taken = {s for s in reads if 0 <= s < num_slots}
+        free = [s for s in range(num_slots) if s not in taken]
+        writes = []
+        for s in reads:
+            roll = rng.random()
+            if not (0 <= s < num_slots) or roll < 0.15:
+                writes.append(-1)              # padding row (no state traffic), or output only
+            elif roll < 0.25:
+                writes.append(num_slots + 5)   # out of range write: output only, reported
+            elif roll < 0.6 and free:
+                writes.append(free.pop(0))     # a different slot
+            else:
+                writes.append(s)               # in place
+        o["state_out_indices"] = writes
+    return num_slots
+
+
 def random_case(rng):
     """Random valid options, including padding, pools, write slots and out-of-range indices."""
     pick = lambda seq: seq[int(rng.integers(len(seq)))]
@@ -397,34 +430,7 @@ def random_case(rng):
     B = int(rng.integers(1, 5))
     o.update(B=B, Hk=Hk, Hv=Hk * G)
     if rng.random() < 0.6:
-        num_slots = B + int(rng.integers(0, 3))
-        reads = [int(s) for s in rng.permutation(num_slots)[:B]]
-        for r in range(B):
-            if rng.random() < 0.2:
-                reads[r] = -1                      # padding
-            elif rng.random() < 0.1:
-                reads[r] = num_slots + int(rng.integers(0, 3))  # out of range: padding, reported
-        if not any(0 <= s < num_slots for s in reads):
-            reads[0] = int(rng.integers(num_slots))  # keep one real row, so expected_o is not all zero
-        o.update(num_slots=num_slots, index_dtype=pick(["I32", "I64"]), state_indices=reads)
-        if rng.random() < 0.5:
-            # write slots: distinct, never a slot another row reads (no read/write race)
-            taken = {s for s in reads if 0 <= s < num_slots}
-            free = [s for s in range(num_slots) if s not in taken]
-            writes = []
-            for r, s in enumerate(reads):
-                roll = rng.random()
-                if not (0 <= s < num_slots):
-                    writes.append(-1)              # padding row: no state traffic either way
-                elif roll < 0.15:
-                    writes.append(-1)              # output only
-                elif roll < 0.25:
-                    writes.append(num_slots + 5)   # out of range write: output only, reported
-                elif roll < 0.6 and free:
-                    writes.append(free.pop(0))     # a different slot
-                else:
-                    writes.append(s)               # in place
-            o["state_out_indices"] = writes
+        _random_slots(o, rng, pick, B)
     # format version 2 stages, drawn last so the options above keep their draws
     if rng.random() < 0.35:
         o.update(conv_width=pick([2, 3, 4]), conv_bias=bool(rng.random() < 0.6),
@@ -516,32 +522,7 @@ def random_case_multi(rng):
         else:
             o["num_accepted_tokens"] = accepted
     elif rng.random() < 0.7 or lens is not None:
-        num_slots = B + int(rng.integers(0, 3))
-        reads = [int(s) for s in rng.permutation(num_slots)[:B]]
-        for r in range(B):
-            if rng.random() < 0.2:
-                reads[r] = -1                      # padding
-            elif rng.random() < 0.1:
-                reads[r] = num_slots + int(rng.integers(0, 3))  # out of range: padding, reported
-        if not any(0 <= s < num_slots for s in reads):
-            reads[0] = int(rng.integers(num_slots))  # keep one real row, so expected_o is not all zero
-        o.update(num_slots=num_slots, index_dtype=pick(["I32", "I64"]), state_indices=reads)
-        if rng.random() < 0.5:
-            # write slots: distinct, never a slot another row reads
-            taken = {s for s in reads if 0 <= s < num_slots}
-            free = [s for s in range(num_slots) if s not in taken]
-            writes = []
-            for s in reads:
-                roll = rng.random()
-                if not (0 <= s < num_slots) or roll < 0.15:
-                    writes.append(-1)              # padding row, or output only
-                elif roll < 0.25:
-                    writes.append(num_slots + 5)   # out of range write: output only, reported
-                elif roll < 0.6 and free:
-                    writes.append(free.pop(0))     # a different slot
-                else:
-                    writes.append(s)               # in place
-            o["state_out_indices"] = writes
+        num_slots = _random_slots(o, rng, pick, B)
     if lens is not None:
         # packed rows of 0..T tokens; a real row keeps at least one token, so that some output is not 0
         real = _real_rows(o, num_slots)

@@ -152,7 +152,7 @@ std::string describe(const Case& c) {
     s << " norm";
     if (p.norm_eps != 1e-6f) s << "(eps=" << p.norm_eps << ")";
   }
-  if (p.num_tokens != 1 || !c.cu_seqlens.empty()) {
+  if (c.multi_token()) {
     s << " T=" << p.num_tokens << (c.cu_seqlens.empty() ? "" : "(packed)");
     if (!c.token_state_indices.empty())
       s << " token_slots" << (c.num_accepted_tokens.empty() ? "" : "+accepted");

@@ -84,6 +84,12 @@ struct Case {
   std::vector<double> expected_intermediate_states;
   std::vector<double> expected_intermediate_conv_states;
 
+  // A multi-token case (params' pointers are null until run_case sets them,
+  // so the arrays this Case holds are asked too).
+  bool multi_token() const {
+    return is_multi_token(params) || !cu_seqlens.empty() || !token_state_indices.empty() ||
+           !expected_intermediate_states.empty() || !expected_intermediate_conv_states.empty();
+  }
   // Rows of the per-token tensors.
   int64_t token_rows() const {
     return cu_seqlens.empty() ? params.batch * params.num_tokens : params.total_tokens;
