@@ -70,12 +70,17 @@ bool cuda_available(char* why, size_t why_size) {
 }
 
 Status cuda_can_implement(const DecodeParams& p) {
-  // The kernels run one token per row; the multi-token step has only its host reference so far.
-  if (const char* member = multi_token_member(p))
-    return make_status(StatusCode::kUnsupported,
-                       "%s: multi-token decode (num_tokens %d) is not implemented by the " GDN_BACKEND_NAME
-                       " backend yet; the host backend runs it",
-                       member, p.num_tokens);
+  // Multi-token calls keep every token's inputs in shared memory (docs/decisions.md#token-kernel).
+  if (is_multi_token(p)) {
+    const size_t need = gpu::token_smem_bytes(p, kWarp), limit = gpu::traits::token_smem_limit(kConfig);
+    if (need > limit)
+      return make_status(StatusCode::kUnsupported,
+                         "num_tokens: %d tokens of %d x %d heads (%d v-heads a k-head%s) need %zu bytes of shared "
+                         "memory a block, more than the %zu the " GDN_BACKEND_NAME " backend has; split the tokens "
+                         "over several calls",
+                         p.num_tokens, p.head_dim_k, p.head_dim_v, p.num_v_heads / p.num_k_heads,
+                         p.norm_weight != nullptr ? ", norm on" : "", need, limit);
+  }
   // The state moves in 16-byte vectors: every (slot, head) matrix row must start 16-byte aligned.
   const size_t elem = dtype_size(p.state_dtype);
   if (reinterpret_cast<uintptr_t>(p.state) % 16 != 0)

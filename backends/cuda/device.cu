@@ -36,7 +36,7 @@ int visit_all_kernels(KernelVisitor visit, void* ctx) {
 }
 
 void kernel_name(const KernelUse& k, char* buf, size_t size) {
-  static const char* const kFamily[] = {"vk_step", "vk_wave", "vk_fused", "kv_step", "kv_fused"};
+  static const char* const kFamily[] = {"vk_step", "vk_wave", "vk_fused", "kv_step", "kv_fused", "tokens"};
   static const char* const kIo[] = {"f32", "f16", "bf16", "mixed"};
   const char* state = k.state_dtype == DType::kF32 ? "f32" : k.state_dtype == DType::kF16 ? "f16" : "bf16";
   std::snprintf(buf, size, "%s<%s,dk%d,%s%d,io=%s%s%s%s%s%s>", kFamily[int(k.family)], state, k.dk_cap,

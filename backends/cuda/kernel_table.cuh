@@ -148,8 +148,21 @@ void visit_io(KernelVisitor visit, void* ctx) {
   }
 }
 
+// The multi-token kernel of (T, layout, Dk capacity): one for every small-tensor
+// dtype, launched by key (launch_tokens). Its shared memory is the call's, up
+// to token_smem_limit.
+template <typename T, Layout kLayout, int kDk>
+void visit_tokens(KernelVisitor visit, void* ctx) {
+  using Tr = TokenTraits<T, kLayout, kDk>;
+  KernelUse u = kernel_use(&decode_tokens_kernel<Tr>, state_dtype_of<T>(), kLayout, Kernel::kTokens, kDk, Tr::kTile,
+                           Io::kMixed);
+  u.smem_limit = gpu::traits::token_smem_limit(kConfig);
+  visit(u, ctx);
+}
+
 template <typename T, Layout kLayout, int kDk>
 void visit_dk(KernelVisitor visit, void* ctx) {
+  visit_tokens<T, kLayout, kDk>(visit, ctx);
   visit_io<T, kLayout, kDk, Io::kF32>(visit, ctx);
   visit_io<T, kLayout, kDk, Io::kF16>(visit, ctx);
   visit_io<T, kLayout, kDk, Io::kBF16>(visit, ctx);

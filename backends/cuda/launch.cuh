@@ -4,11 +4,13 @@
 // dtype, layout), which compile in parallel.
 #pragma once
 
+#include <array>
 #include <type_traits>
 
 #include "device.h"
 #include "kernels/kv_fused.cuh"
 #include "kernels/kv_step.cuh"
+#include "kernels/token_step.cuh"
 #include "kernels/vk_wave.cuh"
 
 namespace gdn {
@@ -249,6 +251,47 @@ cudaError_t launch_dk(const Plan& plan, const DecodeParams& p, cudaStream_t stre
   return cudaErrorInvalidValue;
 }
 
+// ---- launching by key: the multi-token kernels ---------------------------
+// A family launched this way is named once, in kernel_table.cuh: the launch
+// finds the plan's entry there (cached per unit) and passes one argument
+// block, so adding a variant touches the kernel, the table and the planner.
+template <typename T, Layout kLayout>
+const void* listed_kernel(Kernel family, int dk_cap) {
+  using Table = std::array<std::array<const void*, 3>, gpu::kNumKernels>;  // [family][Dk capacity]
+  static const Table table = [] {
+    Table t{};
+    visit_kernels<T, kLayout>(
+        [](const KernelUse& k, void* ctx) {
+          auto& tab = *static_cast<Table*>(ctx);
+          const void*& slot = tab[size_t(k.family)][size_t(gpu::dk_index(k.dk_cap))];
+          if (slot == nullptr) slot = k.fn;  // (the family's plain instantiation comes first)
+        },
+        &t);
+    return t;
+  }();
+  return table[size_t(family)][size_t(gpu::dk_index(dk_cap))];
+}
+
+template <typename T, Layout kLayout>
+cudaError_t launch_tokens(const Plan& plan, const DecodeParams& p, cudaStream_t stream) {
+  const void* fn = listed_kernel<T, kLayout>(Kernel::kTokens, plan.dk_cap);
+  if (fn == nullptr) return cudaErrorInvalidConfiguration;
+  TokenArgs a;
+  a.geo.by_parts = FastDiv(unsigned(plan.blocks_per_head));
+  a.geo.by_hk = FastDiv(unsigned(p.num_k_heads));
+  a.geo.units_per_head = plan.items_per_head;
+  a.geo.units_per_block = plan.items_per_warp;
+  a.geo.group_heads = plan.group_heads;
+  a.geo.scale = effective_scale(p);
+  a.geo.smem = plan.token_smem;
+  a.p = p;
+  void* argv[] = {&a};
+  if (plan.raise_smem_limit)
+    (void)cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem));
+  const cudaError_t err = cudaLaunchKernel(fn, dim3(plan.grid), dim3(plan.block), argv, plan.smem, stream);
+  return err != cudaSuccess ? err : cudaGetLastError();
+}
+
 // The one entry point an instantiation unit provides: plan -> kernel. p is
 // the caller's parameters, with the kernels' load order overridden where
 // the plan says so (PlanOverrides::kernel_load_order).
@@ -261,6 +304,7 @@ cudaError_t launch_plan(const Plan& plan, const DecodeParams& caller, cudaStream
     overridden.programmatic_launch = plan.kernel_load_order != 0;
     p = &overridden;
   }
+  if (plan.kernel == Kernel::kTokens) return launch_tokens<T, kLayout>(plan, caller, stream);
   switch (plan.dk_cap) {
     case 64: return launch_dk<T, kLayout, 64>(plan, *p, stream);
     case 128: return launch_dk<T, kLayout, 128>(plan, *p, stream);

@@ -9,6 +9,7 @@
 
 #include "common/fastdiv.cuh"
 #include "gdnkit/params.hpp"
+#include "traits.h"
 
 namespace gdn {
 namespace GDN_KERNEL_NS {
@@ -188,6 +189,26 @@ inline WaveParams wave_params(const DecodeParams& p, unsigned items, float scale
   d.invalid_index_count = p.invalid_index_count;
   return d;
 }
+
+// The multi-token kernel's one argument (docs/decisions.md#token-kernel): its
+// geometry, prepared by the launch from the Plan, and the caller's
+// DecodeParams unchanged. A block owns units (vk items, kv tiles) of one
+// group, row b and k-head hk with its G v-heads: blockIdx = (b * Hk + hk) *
+// parts + part, the group's units [part * units_per_block, ...) in order
+// (unit u: member u / units_per_head, item or tile u % units_per_head).
+struct TokenGeometry {
+  FastDiv by_parts;     // blockIdx -> group b * Hk + hk
+  FastDiv by_hk;        // group -> b
+  int units_per_head;   // vk items / kv tiles of a head
+  int units_per_block;  // the group's consecutive units a block takes
+  int group_heads;      // G = Hv / Hk
+  float scale;
+  gpu::traits::TokenSmem smem;
+};
+struct TokenArgs {
+  TokenGeometry geo;
+  DecodeParams p;
+};
 
 // What the launch prepares for the fused kernels: divisors for the block's
 // coordinates (the cluster size; the warps (vk) or tiles (kv) of a head;

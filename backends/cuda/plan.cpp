@@ -395,7 +395,62 @@ Io select_io(const DecodeParams& p) {
   return Io::kMixed;
 }
 
+// Multi-token decode (docs/decisions.md#token-kernel): one kernel for both
+// layouts. A block takes units (vk items, kv tiles) of one group (row, k-head
+// and its G v-heads): the whole group when the conv or the norm is on (the conv
+// windows of q and k and a head's norm need it), else 8 items (vk: one a warp)
+// or one tile (kv), so that a row's heads spread over the SMs.
+namespace {
+struct TokenShape {
+  int cols, units_per_head, units_per_block, parts, vcols;
+};
+TokenShape token_shape(const DecodeParams& p, int warp, int max_ipw) {
+  const int bytes = int(dtype_size(p.state_dtype)), cap = dk_capacity(p.head_dim_k);
+  const int tile = traits::default_tile(bytes, p.layout);
+  TokenShape s;
+  s.cols = traits::cols_per_item(warp, bytes, p.layout, cap, tile);
+  const int G = p.num_v_heads / p.num_k_heads;
+  s.units_per_head = (p.head_dim_v + s.cols - 1) / s.cols;
+  const int units = G * s.units_per_head;
+  const int per = max_ipw > 0 ? max_ipw : 1;
+  const bool whole = p.conv_width > 0 || p.norm_weight != nullptr;
+  s.units_per_block = whole ? units : std::min(units, p.layout == Layout::kVK ? traits::kTokenWarps * per : per);
+  s.parts = (units + s.units_per_block - 1) / s.units_per_block;
+  s.vcols = std::min(G * p.head_dim_v, s.units_per_block * s.cols);
+  return s;
+}
+}  // namespace
+
+size_t token_smem_bytes(const DecodeParams& p, int warp) {
+  const TokenShape s = token_shape(p, warp, 0);
+  return size_t(traits::token_smem(p.num_tokens, p.head_dim_k, p.head_dim_v, p.num_v_heads / p.num_k_heads, s.vcols,
+                                   p.norm_weight != nullptr)
+                    .bytes);
+}
+
+static Plan plan_tokens(const DecodeParams& p, const DeviceInfo& dev, const PlanOverrides& o) {
+  const TokenShape s = token_shape(p, dev.config.warp, o.max_items_per_warp);
+  Plan plan;
+  plan.kernel = Kernel::kTokens;
+  plan.io = Io::kMixed;  // (the small tensors' dtypes are run-time values there)
+  plan.state_dtype = p.state_dtype;
+  plan.layout = p.layout;
+  plan.dk_cap = dk_capacity(p.head_dim_k);
+  plan.tile = traits::default_tile(int(dtype_size(p.state_dtype)), p.layout);
+  plan.items_per_head = s.units_per_head;
+  plan.items_per_warp = s.units_per_block;
+  plan.blocks_per_head = s.parts;
+  plan.group_heads = p.num_v_heads / p.num_k_heads;
+  plan.grid = unsigned(p.batch * p.num_k_heads * s.parts);
+  plan.block = unsigned(traits::kTokenWarps * dev.config.warp);
+  plan.token_smem =
+      traits::token_smem(p.num_tokens, p.head_dim_k, p.head_dim_v, plan.group_heads, s.vcols, p.norm_weight != nullptr);
+  plan.smem = size_t(plan.token_smem.bytes);
+  return plan;
+}
+
 Plan plan_launch(const DecodeParams& p, const DeviceInfo& dev, const PlanOverrides& o) {
+  if (is_multi_token(p)) return plan_tokens(p, dev, o);
   const int bytes = int(dtype_size(p.state_dtype));
   const int max_ipw = o.max_items_per_warp > 0 ? o.max_items_per_warp : traits::default_items_per_warp(bytes, p.layout);
   const Ctx c{p, dev, bytes, p.layout, dk_capacity(p.head_dim_k), traits::default_tile(bytes, p.layout),
@@ -404,7 +459,7 @@ Plan plan_launch(const DecodeParams& p, const DeviceInfo& dev, const PlanOverrid
 }
 
 void describe_plan(const Plan& plan, char* buf, size_t size) {
-  static const char* const kNames[] = {"vk_step", "vk_wave", "vk_fused", "kv_step", "kv_fused"};
+  static const char* const kNames[] = {"vk_step", "vk_wave", "vk_fused", "kv_step", "kv_fused", "tokens"};
   const char* state = plan.state_dtype == DType::kF32 ? "f32" : plan.state_dtype == DType::kF16 ? "f16" : "bf16";
   std::snprintf(buf, size,
                 "%s<%s,dk%d,%s%d,io=%s%s%s%s%s%s> grid %u x %u smem %zu cluster %d ipw %d iph %d bph %d%s%s%s",

@@ -31,7 +31,9 @@ enum class Kernel : uint8_t {
   kVkFused,  // decode_vk_fused_kernel: the fused middle, vk           #fused-groups
   kKvStep,   // decode_kv_step_kernel: the kv tile kernel               #kv-tile
   kKvFused,  // decode_kv_fused_kernel: the fused middle, kv
+  kTokens,   // decode_tokens_kernel: multi-token decode, both layouts   #token-kernel
 };
+constexpr int kNumKernels = 6;
 
 // What planning needs of one device: read once per device (device.cu).
 struct DeviceInfo {
@@ -89,6 +91,7 @@ struct Plan {
   bool small_loads_first{false};  // q/k/v and gates before the state        #small-loads-first
   bool vector_runs{false};        // (fused) the prologue's runs move as vector words
   int kernel_load_order{-1};      // (overrides) see PlanOverrides
+  traits::TokenSmem token_smem{};  // (tokens) its shared memory's layout
 };
 
 // The Dk capacity that holds Dk.
@@ -100,6 +103,10 @@ constexpr int layout_index(Layout l) { return l == Layout::kVK ? 0 : 1; }
 
 // The instantiation's small-tensor dtype for p.
 Io select_io(const DecodeParams& p);
+
+// The multi-token kernel's dynamic shared memory for p (warp: the build's
+// lanes), which the backend checks against traits::token_smem_limit.
+size_t token_smem_bytes(const DecodeParams& p, int warp);
 
 // The plan for a validated p on the device described by dev.
 Plan plan_launch(const DecodeParams& p, const DeviceInfo& dev, const PlanOverrides& o = {});

@@ -127,6 +127,45 @@ constexpr size_t fused_smem_bytes(int G, int Dk, int Dv, bool cluster) {
   return sizeof(float) * size_t(4 + 2 * Dk + 3 * G * Dv + Dv + 3 * G + (cluster ? 3 * 2 * Dk : 0));
 }
 
+// The multi-token kernel's shared memory (docs/decisions.md#token-kernel), as
+// offsets in floats from its start: every token's l2-normalized q and k of the
+// group's k-head, k_hat . q_hat, the gates of the G heads, v of the block's
+// `vcols` group columns, (norm on) every raw output of the group, and the
+// tokens' write slots (int64, 8-byte aligned). One function for the planner
+// and the kernel, so both lay it out alike.
+struct TokenSmem {
+  int qn, kn, kq, decay, beta, v, out, slots;
+  int bytes;
+};
+constexpr TokenSmem token_smem(int T, int dk, int dv, int G, int vcols, bool norm) {
+  TokenSmem s{};
+  int f = 0;
+  s.qn = f;
+  f += T * dk;
+  s.kn = f;
+  f += T * dk;
+  s.kq = f;
+  f += T;
+  s.decay = f;
+  f += T * G;
+  s.beta = f;
+  f += T * G;
+  s.v = f;
+  f += T * vcols;
+  s.out = f;
+  f += norm ? T * G * dv : 0;
+  f = (f + 1) / 2 * 2;
+  s.slots = f;
+  f += 2 * T;
+  s.bytes = f * 4;
+  return s;
+}
+// Its block: 8 warps. A kv block takes one tile at a time; a vk warp one item.
+constexpr int kTokenWarps = 8;
+// The dynamic shared memory it may use: a block's, less 8 KiB for the kv
+// tile's static partial sums.
+constexpr size_t token_smem_limit(const BuildConfig& c) { return c.max_block_smem - 8 * 1024; }
+
 }  // namespace traits
 }  // namespace gpu
 }  // namespace gdn

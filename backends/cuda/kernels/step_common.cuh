@@ -99,19 +99,23 @@ __device__ __forceinline__ GateInputs<IO> load_gate_inputs(const Params& p, int6
   }
   return in;
 }
-template <typename IO, typename Params>
-__device__ __forceinline__ Gates finish_gates(const Params& p, const GateInputs<IO>& in) {
-  const float a = in.a.value(), braw = in.b.value();
+// The gates from a, b (and, raw, the head's A_log and dt_bias) as floats.
+template <typename Params>
+__device__ __forceinline__ Gates gates_of(const Params& p, float a, float braw, float A_log, float dt_bias) {
   float g, beta;
   if (p.gate == Gate::kRaw) {
     // g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b)
-    g = -expf(in.A_log) * softplus(a + in.dt_bias);
+    g = -expf(A_log) * softplus(a + dt_bias);
     beta = 1.0f / (1.0f + expf(-braw));
   } else {
     g = a;
     beta = braw;
   }
   return Gates{expf(g), beta};
+}
+template <typename IO, typename Params>
+__device__ __forceinline__ Gates finish_gates(const Params& p, const GateInputs<IO>& in) {
+  return gates_of(p, in.a.value(), in.b.value(), in.A_log, in.dt_bias);
 }
 
 // l2norm of q and k, whose Dk rows the kSpan lanes (stride kLow) hold between

@@ -59,6 +59,7 @@
 #define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
 #define cudaStreamSynchronize hipStreamSynchronize
 #define cudaFuncSetAttribute hipFuncSetAttribute
+#define cudaLaunchKernel hipLaunchKernel
 #define cudaFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
 #define cudaOccupancyMaxActiveBlocksPerMultiprocessor hipOccupancyMaxActiveBlocksPerMultiprocessor
 

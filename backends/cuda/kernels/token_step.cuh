@@ -1,0 +1,495 @@
+// Multi-token decode (speculative decoding): T tokens of a row on one state,
+// read once and kept in registers between tokens (decode_tokens_kernel;
+// docs/decisions.md#token-kernel).
+//
+// Bits: each token runs the one-token kernels' arithmetic of its layout on
+// the same lanes (vk: OnePass over VkTile's lanes; kv: KvRegTile), the state
+// rounded to its dtype after every token as a store and a reload round it, so
+// one call equals T one-token calls bit for bit, conv prologue and norm
+// epilogue included (their sums in the fused kernels' order).
+#pragma once
+
+#include "kv_tile.cuh"
+
+namespace gdn {
+namespace GDN_KERNEL_NS {
+
+// Everything the kernel's code depends on at compile time: the state type,
+// the layout and the Dk capacity; the tile is the layout's shipped one (the
+// one-token kernels' bits). The small tensors' dtypes are run-time values: a
+// block moves them once, into shared memory, before the token loop.
+template <typename T, Layout kLayout, int kDk>
+struct TokenTraits {
+  using State = T;
+  static constexpr Layout kLayoutOf = kLayout;
+  static constexpr int kDkCap = kDk;
+  static constexpr int kTile = default_tile_param<T, kLayout>();  // vk: values a lane; kv: warps a tile
+  static constexpr int kWarps = gpu::traits::kTokenWarps;
+  static constexpr int kThreads = kWarps * kWarp;
+  static constexpr int kCols = cols_per_item<T, kLayout, kDk, kTile>();  // columns of a unit
+  static_assert(kLayout == Layout::kVK || kTile == kWarps, "kv: a tile is the block");
+};
+
+// One element of a small tensor of run-time dtype t, as float.
+__device__ __forceinline__ float load_small(const void* base, DType t, int64_t i) {
+  switch (t) {
+    case DType::kF32: return static_cast<const float*>(base)[i];
+    case DType::kF16: return __half2float(static_cast<const fp16*>(base)[i]);
+    default: return bf16_to_float(static_cast<const bf16*>(base)[i]);
+  }
+}
+
+// What row b does, from its index arrays: the host reference's rules
+// (docs/operation.md, "Multi-token decode"), counting the same entries.
+struct TokenRow {
+  bool touched;   // false: a bad cu_seqlens range (nothing read or written)
+  bool packed;    // tokens at cu_seqlens[b] + t
+  int tokens;     // tokens the row carries
+  int64_t first;  // (packed) cu_seqlens[b]
+  int64_t s_in;   // read slot; < 0: padding (zero outputs, nothing else)
+  int64_t s_out;  // final write slot; < 0: none
+  unsigned bad;   // out-of-range entries the row consulted
+};
+
+__device__ __forceinline__ TokenRow token_row(const DecodeParams& p, int64_t b) {
+  TokenRow r{false, false, 0, 0, -1, -1, 0u};
+  const IndexType it = p.index_dtype;
+  const int64_t N = p.num_slots, T = p.num_tokens;
+  if (p.cu_seqlens != nullptr) {
+    const int64_t lo = load_index(p.cu_seqlens, it, b), hi = load_index(p.cu_seqlens, it, b + 1);
+    if (lo < 0 || hi < lo || hi > p.total_tokens || hi - lo > T) {
+      r.bad = 1;
+      return r;
+    }
+    r.packed = true;
+    r.first = lo;
+    r.tokens = int(hi - lo);
+  } else {
+    r.tokens = int(T);
+  }
+  r.touched = true;
+  const void* tsi = p.token_state_indices;
+  auto tsi_at = [&](int64_t t) { return load_index(tsi, it, b * p.token_state_indices_stride + t); };
+  if (tsi != nullptr)
+    for (int t = 0; t < r.tokens; ++t) r.bad += unsigned(tsi_at(t) >= N);
+  if (p.state_indices != nullptr) {
+    const int64_t s = load_index(p.state_indices, it, b);
+    r.bad += unsigned(s >= N);
+    r.s_in = s >= N ? -1 : s;
+  } else if (tsi != nullptr) {
+    // vLLM's rule: the state after the last accepted token, n = num_accepted_tokens[b]
+    const int64_t n = p.num_accepted_tokens ? load_index(p.num_accepted_tokens, it, b) : 1;
+    if (n < 1 || n > T) {
+      ++r.bad;
+    } else {
+      const int64_t s = tsi_at(n - 1);
+      r.s_in = s >= N ? -1 : s;
+      r.bad += unsigned(s >= N && n - 1 >= r.tokens);  // (inside the row's tokens: counted above)
+    }
+  } else {
+    r.s_in = b;
+  }
+  if (tsi == nullptr && p.update_state) {
+    if (p.state_out_indices != nullptr) {
+      const int64_t s = load_index(p.state_out_indices, it, b);
+      r.bad += unsigned(s >= N);
+      r.s_out = s >= N ? -1 : s;
+    } else {
+      r.s_out = r.s_in;
+    }
+  }
+  if (r.s_in < 0) r.s_out = -1;
+  return r;
+}
+
+// The conv prologue of a group for all of a row's tokens (conv on: the block
+// owns the whole group). Thread per channel m of the group's list (q and k of
+// hk, then v of the G heads), its window in registers:
+//   y_t = silu(w . (window, x_t) + bias)        (the fused prologue's sum order)
+// into qn / kn / vs (raw; normalized later), the window shifted by x_t after
+// each token and stored where the token's state goes (token slot,
+// intermediate buffer), the last one to s_out. One thread reads, then writes
+// each channel, so the pool's windows need no barrier.
+template <typename E>
+__device__ __forceinline__ void token_conv(const DecodeParams& p, const TokenRow& r, int64_t b, int hk, int G,
+                                           const int64_t* slots, float* qn, float* kn, float* vs, int vcols) {
+  const int Dk = p.head_dim_k, Dv = p.head_dim_v, W = p.conv_width, nt = r.tokens;
+  const int n = 2 * Dk + G * Dv;
+  const E* x = static_cast<const E*>(p.x);
+  const E* wt = static_cast<const E*>(p.conv_weight);
+  const E* bias = static_cast<const E*>(p.conv_bias);
+  E* cs = static_cast<E*>(p.conv_state);
+  const int64_t chs = p.conv_state_channel_stride, tps = p.conv_state_tap_stride;
+  for (int m = int(threadIdx.x); m < n; m += int(blockDim.x)) {
+    const int64_t c = group_channel(p, hk, G, m);
+    E win[3], w[4];
+#pragma unroll
+    for (int t = 0; t < 3; ++t) win[t] = t < W - 1 ? cs[r.s_in * p.conv_state_slot_stride + c * chs + t * tps] : E{};
+#pragma unroll
+    for (int t = 0; t < 4; ++t) w[t] = wt[c * W + (t < W ? t : 0)];
+    const float bf = bias ? Elem<E>::to_float(bias[c]) : 0.0f;
+    auto store_window = [&](E* base) {
+#pragma unroll
+      for (int t = 0; t < 3; ++t)
+        if (t < W - 1) base[c * chs + t * tps] = win[t];
+    };
+    for (int t = 0; t < nt; ++t) {
+      const int64_t row = r.packed ? (r.first + t) * p.x_token_stride : b * p.x_batch_stride + t * p.x_token_stride;
+      const E xt = x[row + c];
+      // y = silu(w . window + bias), window = (old[0 .. W-2], x_t)
+      float acc = bf;
+#pragma unroll
+      for (int k = 0; k < 3; ++k)
+        if (k < W - 1) acc += Elem<E>::to_float(w[k]) * Elem<E>::to_float(win[k]);
+      acc += Elem<E>::to_float(W == 2 ? w[1] : W == 3 ? w[2] : w[3]) * Elem<E>::to_float(xt);
+      const float y = silu(acc);
+      if (m < Dk)
+        qn[t * Dk + m] = y;
+      else if (m < 2 * Dk)
+        kn[t * Dk + m - Dk] = y;
+      else
+        vs[t * vcols + m - 2 * Dk] = y;
+      // window after token t = (old[1 .. W-2], x_t): the input values themselves
+#pragma unroll
+      for (int k = 0; k < 2; ++k)
+        if (k + 2 < W) win[k] = win[k + 1];
+#pragma unroll
+      for (int k = 0; k < 3; ++k)
+        if (k == W - 2) win[k] = xt;
+      if (slots[t] >= 0) store_window(cs + slots[t] * p.conv_state_slot_stride);
+      if (p.intermediate_conv_states != nullptr)
+        store_window(static_cast<E*>(p.intermediate_conv_states) + b * p.intermediate_conv_batch_stride +
+                     t * p.intermediate_conv_token_stride);
+    }
+    if (r.s_out >= 0 && nt > 0) store_window(cs + r.s_out * p.conv_state_slot_stride);
+  }
+}
+
+// The kernel. Phases: (0) the block's first unit's state into registers;
+// (1) every token's q, k, v (or the conv prologue's outputs), gates and write
+// slots into shared memory; (2) each token's q and k l2-normalized by the
+// layout's lanes, as the one-token kernels do; (3) the units, each read once
+// and run through every token; (4) the norm epilogue per token and head.
+template <typename Tr>
+__global__ void __launch_bounds__(Tr::kThreads) decode_tokens_kernel(const __grid_constant__ TokenArgs args) {
+  using T = typename Tr::State;
+  using V = Vec<T>;
+  constexpr int kDk = Tr::kDkCap, kCols = Tr::kCols, kWarps = Tr::kWarps;
+  constexpr bool kVK = Tr::kLayoutOf == Layout::kVK;
+  constexpr int kVec = V::kN;
+  const DecodeParams& p = args.p;
+  const TokenGeometry& geo = args.geo;
+  const int Hk = p.num_k_heads, Dk = p.head_dim_k, Dv = p.head_dim_v, G = geo.group_heads;
+  const int tid = int(threadIdx.x), warp = tid / kWarp, lane = tid % kWarp;
+
+  const unsigned group = geo.by_parts.div(blockIdx.x);
+  const int part = int(blockIdx.x - group * geo.by_parts.d);
+  const unsigned b32 = geo.by_hk.div(group);
+  const int hk = int(group - b32 * unsigned(Hk));
+  const int64_t b = b32;
+  const int uph = geo.units_per_head;
+  // the block's units [u0, u1) and their group columns [lo, hi) (column g Dv + j)
+  const int u0 = part * geo.units_per_block, u1 = min(G * uph, u0 + geo.units_per_block);
+  const int g_first = u0 / uph, g_last = (u1 - 1) / uph;
+  const int lo = g_first * Dv + (u0 - g_first * uph) * kCols;
+  const int hi = g_last * Dv + min(Dv, (u1 - g_last * uph) * kCols);
+  const int vcols = hi - lo;
+
+  const TokenRow r = token_row(p, b);
+  if (r.bad != 0 && hk == 0 && part == 0 && tid == 0 && p.invalid_index_count != nullptr)
+    atomicAdd(p.invalid_index_count, r.bad);
+  if (!r.touched || r.tokens == 0) return;
+  const int nt = r.tokens;
+  // offset of token t of the row in a token-major tensor
+  auto tok = [&](int t, int64_t batch_stride, int64_t token_stride) {
+    return r.packed ? (r.first + t) * token_stride : b * batch_stride + int64_t(t) * token_stride;
+  };
+  auto o_at = [&](int t, int h) { return tok(t, p.o_batch_stride, p.o_token_stride) + int64_t(h) * p.o_head_stride; };
+  if (r.s_in < 0) {
+    // padding row: the block's outputs of every token zero, nothing else
+    for (int i = tid; i < nt * vcols; i += Tr::kThreads) {
+      const int t = i / vcols, gc = lo + (i - t * vcols), g = gc / Dv;
+      store_any(p.o, p.o_dtype, o_at(t, group_head(p, hk, g, G)) + (gc - g * Dv), 0.0f);
+    }
+    return;
+  }
+  extern __shared__ float4 token_smem_raw[];
+  float* const smf = reinterpret_cast<float*>(token_smem_raw);
+  float* const qn = smf + geo.smem.qn;    // [t][Dk] q (raw, then q_hat)
+  float* const kn = smf + geo.smem.kn;    // [t][Dk] k (raw, then k_hat)
+  float* const kqs = smf + geo.smem.kq;   // [t] k_hat . q_hat
+  float* const dec = smf + geo.smem.decay;  // [t][g] exp(g)
+  float* const bet = smf + geo.smem.beta;   // [t][g] beta
+  float* const vs = smf + geo.smem.v;     // [t][group column - lo]
+  float* const outs = smf + geo.smem.out;   // (norm) [t][g][j] raw outputs
+  int64_t* const slots = reinterpret_cast<int64_t*>(smf + geo.smem.slots);  // [t] token slot or -1
+  const bool norm = p.norm_weight != nullptr;
+  const float scale = geo.scale;
+  T* const pool = static_cast<T*>(p.state);
+  const int64_t head_elems = int64_t(Dk) * Dv;
+
+  // ---- the layouts' lane maps: which rows (Dk) and columns (Dv) of a unit
+  // this thread holds, and how a unit's state moves.
+  using VkT = VkTile<T, kDk, Tr::kTile>;
+  constexpr int kOuter = kVK ? VkT::kUnroll : 1;
+  constexpr int kInner = kVK ? VkT::kChunksPerLane : KvTile<T, kDk, kWarps>::kRows;
+  constexpr int kRowsHeld = kInner * kVec;  // (vk) q/k rows a lane holds
+  int rows[kVK ? kRowsHeld : 1], cols[kOuter];
+  const int col_lane = kVK ? lane % VkT::kLanesPerCol : 0, step_col = kVK ? lane / VkT::kLanesPerCol : 0;
+  const int chunk = kVK ? 0 : tid % kWarps, rg = kVK ? 0 : tid / kWarps;  // (kv) KvRegTile's map
+  if constexpr (kVK) {
+#pragma unroll
+    for (int c = 0; c < kInner; ++c)
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) rows[c * kVec + e] = (c * VkT::kLanesPerCol + col_lane) * kVec + e;
+#pragma unroll
+    for (int u = 0; u < kOuter; ++u) cols[u] = u * VkT::kColsPerStep + step_col;
+  } else {
+    cols[0] = 0;
+    rows[0] = 0;
+  }
+  // State vector (o, c) of unit u: its offset in a head, and whether it lies in (Dk, Dv).
+  auto unit_member = [&](int u) { return u / uph; };
+  auto unit_j0 = [&](int u) { return (u - (u / uph) * uph) * kCols; };
+  auto vec_at = [&](int u, int o, int c, int& off) -> bool {
+    const int j0 = unit_j0(u);
+    if constexpr (kVK) {
+      const int i = rows[c * kVec], j = j0 + cols[o];
+      off = j * Dk + i;  // (Dv, Dk), Dk contiguous
+      return i < Dk && j < Dv;
+    } else {
+      const int i = rg + c * kWarp, j = j0 + chunk * kVec;
+      off = i * Dv + j;  // (Dk, Dv), Dv contiguous
+      return i < Dk && j < Dv;
+    }
+  };
+  auto load_unit = [&](int u, V (&s)[kOuter][kInner]) {
+    const T* base = pool + r.s_in * p.state_slot_stride + int64_t(group_head(p, hk, unit_member(u), G)) * head_elems;
+#pragma unroll
+    for (int o = 0; o < kOuter; ++o)
+#pragma unroll
+      for (int c = 0; c < kInner; ++c) {
+        int off;
+        if (vec_at(u, o, c, off))
+          s[o][c] = *reinterpret_cast<const V*>(base + off);
+        else
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) s[o][c].x[e] = Elem<T>::from_float(0.0f);
+      }
+  };
+  // The unit's state to a head at `head` (a slot's or the intermediate buffer's).
+  auto store_unit = [&](int u, T* head, const V (&s)[kOuter][kInner]) {
+#pragma unroll
+    for (int o = 0; o < kOuter; ++o)
+#pragma unroll
+      for (int c = 0; c < kInner; ++c) {
+        int off;
+        if (vec_at(u, o, c, off)) store_state16<false>(reinterpret_cast<V*>(head + off), s[o][c]);
+      }
+  };
+  // The units: a vk warp takes u0 + warp, + kWarps, ...; a kv block every one in turn.
+  const int u_first = kVK ? u0 + warp : u0, u_step = kVK ? kWarps : 1;
+
+  // ---- 0. the first unit's state in flight before the small loads
+  V s[kOuter][kInner];
+  if (u_first < u1) load_unit(u_first, s);
+
+  // ---- 1. the tokens' inputs into shared memory
+  for (int t = tid; t < nt; t += Tr::kThreads) {
+    int64_t slot = -1;
+    if (p.token_state_indices != nullptr) {
+      slot = load_index(p.token_state_indices, p.index_dtype, b * p.token_state_indices_stride + t);
+      if (slot >= p.num_slots) slot = -1;
+    }
+    slots[t] = slot;
+  }
+  for (int i = tid; i < nt * G; i += Tr::kThreads) {
+    const int t = i / G, g = i - t * G, h = group_head(p, hk, g, G);
+    const bool raw = p.gate == Gate::kRaw;
+    const Gates gt = gates_of(p, load_small(p.a, p.ab_dtype, tok(t, p.a_batch_stride, p.a_token_stride) + h),
+                              load_small(p.b, p.ab_dtype, tok(t, p.b_batch_stride, p.b_token_stride) + h),
+                              raw ? p.A_log[h] : 0.0f, raw ? p.dt_bias[h] : 0.0f);
+    dec[i] = gt.decay;
+    bet[i] = gt.beta;
+  }
+  if (p.conv_width > 0) {
+    __syncthreads();  // the slots
+    with_dtype<MixedIO>(p.qkv_dtype, [&](auto tag) {
+      token_conv<decltype(tag)>(p, r, b, hk, G, slots, qn, kn, vs, vcols);
+    });
+  } else {
+    for (int i = tid; i < nt * Dk; i += Tr::kThreads) {
+      const int t = i / Dk, k = i - t * Dk;
+      qn[i] = load_small(p.q, p.qkv_dtype, tok(t, p.q_batch_stride, p.q_token_stride) + int64_t(hk) * p.q_head_stride + k);
+      kn[i] = load_small(p.k, p.qkv_dtype, tok(t, p.k_batch_stride, p.k_token_stride) + int64_t(hk) * p.k_head_stride + k);
+    }
+    for (int i = tid; i < nt * vcols; i += Tr::kThreads) {
+      const int t = i / vcols, gc = lo + (i - t * vcols), g = gc / Dv;
+      vs[i] = load_small(p.v, p.qkv_dtype,
+                         tok(t, p.v_batch_stride, p.v_token_stride) +
+                             int64_t(group_head(p, hk, g, G)) * p.v_head_stride + (gc - g * Dv));
+    }
+  }
+  __syncthreads();
+
+  // ---- 2. q_hat, k_hat and k_hat . q_hat of each token, by one warp on the
+  // layout's lanes (l2_normalize), written back in place
+  for (int t = warp; t < nt; t += kWarps) {
+    constexpr int kN = kVK ? kRowsHeld : KvTile<T, kDk, kWarps>::kRows;
+    float qh[kN], kh[kN];
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+      const int i = kVK ? rows[n] : lane + n * kWarp;  // (kv: lane l holds rows l + kWarp n)
+      qh[n] = i < Dk ? qn[t * Dk + i] : 0.0f;
+      kh[n] = i < Dk ? kn[t * Dk + i] : 0.0f;
+    }
+    constexpr int kSpan = kVK ? VkT::kLanesPerCol : kWarp;
+    const float kq = l2_normalize<1, kSpan>(p, lane, qh, kh);
+    issue_order_fence();  // (vk: the lanes of every column group read before any writes)
+    if (!kVK || step_col == 0) {
+#pragma unroll
+      for (int n = 0; n < kN; ++n) {
+        const int i = kVK ? rows[n] : lane + n * kWarp;
+        if (i < Dk) {
+          qn[t * Dk + i] = qh[n];
+          kn[t * Dk + i] = kh[n];
+        }
+      }
+    }
+    if (lane == 0) kqs[t] = kq;
+  }
+  __syncthreads();
+
+  // ---- 3. the units, each through every token
+  // o of token t, group column (g, j): raw into shared memory for the norm, else stored
+  auto emit = [&](int t, int g, int j, float o_val) {
+    if (norm)
+      outs[(t * G + g) * Dv + j] = o_val;
+    else
+      store_any(p.o, p.o_dtype, o_at(t, group_head(p, hk, g, G)) + j, o_val);
+  };
+  // after token t, the state goes to its token slot and the intermediate buffer
+  auto store_token = [&](int u, int t, int h, const V (&st)[kOuter][kInner]) {
+    if (slots[t] >= 0) store_unit(u, pool + slots[t] * p.state_slot_stride + int64_t(h) * head_elems, st);
+    if (p.intermediate_states != nullptr)
+      store_unit(u,
+                 static_cast<T*>(p.intermediate_states) + b * p.intermediate_batch_stride +
+                     int64_t(t) * p.intermediate_token_stride + int64_t(h) * head_elems,
+                 st);
+  };
+  if constexpr (kVK) {
+    using Pass = OnePass<1, VkT::kLanesPerCol, kOuter>;
+    const int out_c = Pass::col(lane);
+    const bool writer = Pass::writer(lane);
+    const int out_col = out_c * VkT::kColsPerStep + step_col;
+    for (int u = u_first; u < u1; u += u_step) {
+      V nxt[kOuter][kInner];
+      const bool has_next = u + u_step < u1;
+      if (has_next) load_unit(u + u_step, nxt);
+      const int g = unit_member(u), h = group_head(p, hk, g, G), j0 = unit_j0(u);
+      const int jc = j0 + out_col;  // this lane's output column
+      for (int t = 0; t < nt; ++t) {
+        float qh[kRowsHeld], kh[kRowsHeld];
+#pragma unroll
+        for (int n = 0; n < kRowsHeld; ++n) {
+          qh[n] = rows[n] < Dk ? qn[t * Dk + rows[n]] : 0.0f;
+          kh[n] = rows[n] < Dk ? kn[t * Dk + rows[n]] : 0.0f;
+        }
+        const float decay = dec[t * G + g], beta = bet[t * G + g];
+        const float vj = jc < Dv ? vs[t * vcols + g * Dv + jc - lo] : 0.0f;
+        auto elem = [&](int rr, int c) -> float { return Elem<T>::to_float(s[c][rr / kVec].x[rr % kVec]); };
+        // delta of every held column and this lane's output (decode_vk's sums)
+        float delta[kOuter];
+        const float o_val = Pass::run(
+            [&](int v) {
+              const float* w = (v & 1) ? qh : kh;
+              float a = 0.0f;
+#pragma unroll
+              for (int rr = 0; rr < kRowsHeld; ++rr) a += elem(rr, v / 2) * w[rr];
+              return a;
+            },
+            vj, decay, beta, kqs[t], scale, lane, delta);
+        // S' = exp(g) S + k_hat delta, rounded to the state's dtype
+#pragma unroll
+        for (int o = 0; o < kOuter; ++o)
+#pragma unroll
+          for (int ci = 0; ci < kInner; ++ci) {
+            V n;
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) {
+              const int rr = ci * kVec + e;
+              n.x[e] = Elem<T>::from_float(decay * elem(rr, o) + kh[rr] * delta[o]);
+            }
+            s[o][ci] = n;
+          }
+        if (writer && jc < Dv) emit(t, g, jc, o_val);
+        store_token(u, t, h, s);
+      }
+      if (r.s_out >= 0) store_unit(u, pool + r.s_out * p.state_slot_stride + int64_t(h) * head_elems, s);
+      if (!has_next) break;
+#pragma unroll
+      for (int o = 0; o < kOuter; ++o)
+#pragma unroll
+        for (int c = 0; c < kInner; ++c) s[o][c] = nxt[o][c];
+    }
+  } else {
+    using R = KvRegTile<T, kDk, kWarps>;
+    constexpr int kRows = R::kRows;
+    __shared__ float part[R::kPartFloats];
+    __shared__ float dl[kCols];
+    for (int u = u_first; u < u1; u += u_step) {
+      V nxt[1][kRows];
+      const bool has_next = u + 1 < u1;
+      if (has_next) load_unit(u + 1, nxt);
+      const int g = unit_member(u), h = group_head(p, hk, g, G), jt = unit_j0(u);
+      for (int t = 0; t < nt; ++t) {
+        float qr[kRows], kr[kRows];
+#pragma unroll
+        for (int n = 0; n < kRows; ++n) {
+          const int i = rg + n * kWarp;
+          qr[n] = i < Dk ? qn[t * Dk + i] : 0.0f;
+          kr[n] = i < Dk ? kn[t * Dk + i] : 0.0f;
+        }
+        const float decay = dec[t * G + g], beta = bet[t * G + g];
+        const float vj = tid < kCols && jt + tid < Dv ? vs[t * vcols + g * Dv + jt + tid - lo] : 0.0f;
+        R::reduce(s[0], qr, kr, vj, decay, beta, kqs[t], scale, part, dl, [&](int col, float o_val) {
+          if (jt + col < Dv) emit(t, g, jt + col, o_val);
+        });
+        // S' = exp(g) S + k_hat delta (KvRegTile::store's arithmetic), kept
+        float delta[kVec];
+#pragma unroll
+        for (int c = 0; c < kVec; ++c) delta[c] = dl[chunk * kVec + c];
+#pragma unroll
+        for (int n = 0; n < kRows; ++n)
+#pragma unroll
+          for (int c = 0; c < kVec; ++c)
+            s[0][n].x[c] = Elem<T>::from_float(decay * Elem<T>::to_float(s[0][n].x[c]) + kr[n] * delta[c]);
+        store_token(u, t, h, s);
+      }
+      if (r.s_out >= 0) store_unit(u, pool + r.s_out * p.state_slot_stride + int64_t(h) * head_elems, s);
+      if (!has_next) break;
+#pragma unroll
+      for (int n = 0; n < kRows; ++n) s[0][n] = nxt[0][n];
+    }
+  }
+
+  // ---- 4. the gated RMSNorm of each (token, head), the fused kernels' order:
+  //   out[j] = w[j] * o[j] * rsqrt(mean_j(o[j]^2) + eps) * silu(z[j])
+  if (!norm) return;
+  const float inv_dv = 1.0f / float(Dv);
+  __syncthreads();
+  for (int i = warp; i < nt * G; i += kWarps) {
+    const int t = i / G, g = i - t * G, h = group_head(p, hk, g, G);
+    const float* out = outs + i * Dv;
+    const float rstd = rsqrtf(head_sum_squares(out, Dv, lane) * inv_dv + p.norm_eps);
+    const int64_t z_base = tok(t, p.z_batch_stride, p.z_token_stride) + int64_t(h) * p.z_head_stride;
+    for (int j = lane; j < Dv; j += kWarp) {
+      const float w = load_small(p.norm_weight, p.qkv_dtype, j);
+      const float zg = silu(load_small(p.z, p.qkv_dtype, z_base + j));
+      store_any(p.o, p.o_dtype, o_at(t, h) + j, w * out[j] * rstd * zg);
+    }
+  }
+}
+
+}  // namespace GDN_KERNEL_NS
+}  // namespace gdn
