@@ -163,6 +163,41 @@ TEST(Plan, GridCoversEveryItem) {
         }
 }
 
+// Multi-token calls take the token kernel (docs/decisions.md#token-kernel): its
+// grid covers every unit of every group, a block owns a whole group when the
+// conv or the norm is on, and its shared memory is what the backend checks.
+TEST(Plan, MultiTokenCallsTakeTheTokenKernel) {
+  const DeviceInfo dev = h200();
+  for (DType s : {DType::kF32, DType::kBF16})
+    for (Layout l : {Layout::kVK, Layout::kKV})
+      for (int64_t B : {1, 8, 128})
+        for (int d : {64, 128, 256})
+          for (bool norm : {false, true}) {
+            gdn::DecodeParams p = call(B, s, l, 16, 32, d, d);
+            p.num_tokens = 4;
+            alignas(16) static char w[16];
+            if (norm) p.norm_weight = p.z = w;
+            const Plan plan = gdn::gpu::plan_launch(p, dev);
+            const std::string what = describe(plan);
+            EXPECT_EQ(plan.kernel, Kernel::kTokens) << what;
+            const int G = 2, units = G * plan.items_per_head;
+            EXPECT_EQ(int64_t(plan.grid), B * 16 * plan.blocks_per_head) << what;
+            EXPECT_GE(plan.blocks_per_head * plan.items_per_warp, units) << what;
+            EXPECT_LT((plan.blocks_per_head - 1) * plan.items_per_warp, units) << what;
+            if (norm) {
+              EXPECT_EQ(plan.blocks_per_head, 1) << what;
+            }
+            EXPECT_EQ(plan.smem, gdn::gpu::token_smem_bytes(p, 32)) << what;
+            EXPECT_EQ(size_t(plan.token_smem.bytes), plan.smem) << what;
+          }
+  // 16 tokens of 256 x 256 heads, 8 v-heads a k-head, norm on: more than a block holds.
+  gdn::DecodeParams big = call(1, DType::kF32, Layout::kVK, 2, 16, 256, 256);
+  big.num_tokens = 16;
+  alignas(16) static char w[16];
+  big.norm_weight = big.z = w;
+  EXPECT_GT(gdn::gpu::token_smem_bytes(big, 32), gdn::gpu::traits::token_smem_limit(dev.config));
+}
+
 // Overrides reach the plan, and nothing else changes without them.
 TEST(Plan, OverridesAreTheOnlySeam) {
   const DeviceInfo dev = h200();
