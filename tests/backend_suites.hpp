@@ -20,6 +20,7 @@ class ValidateFuzzTest : public BackendTest {};  // random parameter sets throug
 class ConcurrencyTest : public BackendTest {};  // concurrent calls from 8 threads
 class RoutingTest : public BackendTest {};      // backend selection and unbuilt backends
 class GoldenTest : public BackendTest {};       // the committed golden cases
+class MultiTokenTest : public BackendTest {};   // T tokens a row against T one-token calls
 
 inline std::string backend_param_name(const ::testing::TestParamInfo<gdn::Backend>& info) {
   return gdn::to_string(info.param);
@@ -46,5 +47,7 @@ inline std::string backend_param_name(const ::testing::TestParamInfo<gdn::Backen
   INSTANTIATE_TEST_SUITE_P(prefix, ConcurrencyTest, ::testing::Values(backend),                 \
                            backend_param_name);                                                 \
   INSTANTIATE_TEST_SUITE_P(prefix, RoutingTest, ::testing::Values(backend), backend_param_name); \
+  INSTANTIATE_TEST_SUITE_P(prefix, MultiTokenTest, ::testing::Values(backend),                  \
+                           backend_param_name);                                                 \
   GDN_INSTANTIATE_GOLDEN_SUITE_(prefix, backend)                                                \
   }
