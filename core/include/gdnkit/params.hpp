@@ -182,8 +182,7 @@ constexpr int32_t kMaxTokens = 16;
 
 // True when a call uses any multi-token member (T > 1, cu_seqlens, per-token
 // slots, intermediate buffers or update_state = false): such calls run the
-// host backend's multi-token path; the GPU backends refuse them (kUnsupported)
-// until their kernels carry the token loop.
+// backends' multi-token paths (the host reference's, the GPUs' token kernel).
 bool is_multi_token(const DecodeParams& p);
 // The first multi-token member a call uses (its name), or nullptr.
 const char* multi_token_member(const DecodeParams& p);
