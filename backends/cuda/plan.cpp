@@ -398,8 +398,8 @@ Io select_io(const DecodeParams& p) {
 // Multi-token decode (docs/decisions.md#token-kernel): one kernel for both
 // layouts. A block takes units (vk items, kv tiles) of one group (row, k-head
 // and its G v-heads): the whole group when the conv or the norm is on (the conv
-// windows of q and k and a head's norm need it), else 8 items (vk: one a warp)
-// or one tile (kv), so that a row's heads spread over the SMs.
+// windows of q and k and a head's norm need it), else one round of units
+// (kTokenUnits a vk warp, or a kv block), so that a row's heads spread over the SMs.
 namespace {
 struct TokenShape {
   int cols, units_per_head, units_per_block, parts, vcols;
@@ -414,7 +414,8 @@ TokenShape token_shape(const DecodeParams& p, int warp, int max_ipw) {
   const int units = G * s.units_per_head;
   const int per = max_ipw > 0 ? max_ipw : 1;
   const bool whole = p.conv_width > 0 || p.norm_weight != nullptr;
-  s.units_per_block = whole ? units : std::min(units, p.layout == Layout::kVK ? traits::kTokenWarps * per : per);
+  const int round = traits::token_units(bytes) * (p.layout == Layout::kVK ? traits::kTokenWarps : 1);
+  s.units_per_block = whole ? units : std::min(units, round * per);
   s.parts = (units + s.units_per_block - 1) / s.units_per_block;
   s.vcols = std::min(G * p.head_dim_v, s.units_per_block * s.cols);
   return s;

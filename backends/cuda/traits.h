@@ -160,8 +160,11 @@ constexpr TokenSmem token_smem(int T, int dk, int dv, int G, int vcols, bool nor
   s.bytes = f * 4;
   return s;
 }
-// Its block: 8 warps. A kv block takes one tile at a time; a vk warp one item.
+// Its block: 8 warps. A vk warp, or a kv block, runs token_units items
+// (tiles) at once, so that their reductions' latencies overlap: 2 for fp32
+// states, 1 for 16-bit ones, whose second unit spilled at 128 registers.  #token-kernel
 constexpr int kTokenWarps = 8;
+constexpr int token_units(int state_bytes) { return state_bytes == 4 ? 2 : 1; }
 // The dynamic shared memory it may use: a block's, less 8 KiB for the kv
 // tile's static partial sums.
 constexpr size_t token_smem_limit(const BuildConfig& c) { return c.max_block_smem - 8 * 1024; }

@@ -27,6 +27,8 @@ struct TokenTraits {
   static constexpr int kWarps = gpu::traits::kTokenWarps;
   static constexpr int kThreads = kWarps * kWarp;
   static constexpr int kCols = cols_per_item<T, kLayout, kDk, kTile>();  // columns of a unit
+  // Blocks an SM must hold: 2 (128 registers a thread; 3 spilled hundreds of bytes)
+  static constexpr int kMinBlocks = 2;
   static_assert(kLayout == Layout::kVK || kTile == kWarps, "kv: a tile is the block");
 };
 
@@ -171,7 +173,7 @@ __device__ __forceinline__ void token_conv(const DecodeParams& p, const TokenRow
 // layout's lanes, as the one-token kernels do; (3) the units, each read once
 // and run through every token; (4) the norm epilogue per token and head.
 template <typename Tr>
-__global__ void __launch_bounds__(Tr::kThreads) decode_tokens_kernel(const __grid_constant__ TokenArgs args) {
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) decode_tokens_kernel(const __grid_constant__ TokenArgs args) {
   using T = typename Tr::State;
   using V = Vec<T>;
   constexpr int kDk = Tr::kDkCap, kCols = Tr::kCols, kWarps = Tr::kWarps;
@@ -287,14 +289,43 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_tokens_kernel(const __gri
         if (vec_at(u, o, c, off)) store_state16<false>(reinterpret_cast<V*>(head + off), s[o][c]);
       }
   };
-  // The units: a vk warp takes u0 + warp, + kWarps, ...; a kv block every one in turn.
-  const int u_first = kVK ? u0 + warp : u0, u_step = kVK ? kWarps : 1;
+  // Units run kU at a time (traits::token_units; docs/decisions.md#token-kernel): a
+  // vk warp takes ub + k kWarps (k < kU) of its round ub = u0 + warp + n kU
+  // kWarps, a kv block ub + k of its round ub = u0 + n kU; their shuffles,
+  // barriers and memory latencies overlap.
+  constexpr int kU = gpu::traits::token_units(int(sizeof(T)));
+  const int u_first = kVK ? u0 + warp : u0, u_round = kVK ? kWarps * kU : kU, u_stride = kVK ? kWarps : 1;
+  using State = V[kU][kOuter][kInner];
+  auto load_round = [&](int ub, State& st) {
+#pragma unroll
+    for (int k = 0; k < kU; ++k) {
+      const int u = ub + k * u_stride;
+      if (u < u1) {
+        load_unit(u, st[k]);
+      } else {
+#pragma unroll
+        for (int o = 0; o < kOuter; ++o)
+#pragma unroll
+          for (int c = 0; c < kInner; ++c)
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) st[k][o][c].x[e] = Elem<T>::from_float(0.0f);
+      }
+    }
+  };
 
-  // ---- 0. the first unit's state in flight before the small loads
-  V s[kOuter][kInner];
-  if (u_first < u1) load_unit(u_first, s);
+  // ---- 0. the first round's state in flight before the small loads
+  State s;
+  load_round(u_first, s);
 
-  // ---- 1. the tokens' inputs into shared memory
+  // ---- 1. the tokens' inputs into shared memory: every load of a thread
+  // issued before any is used (one memory latency, not one a loop trip)
+  const bool gate_thread = tid < nt * G;  // (nt G <= 16 x 8: one a thread)
+  const int gt_t = gate_thread ? tid / G : 0, gt_h = group_head(p, hk, gate_thread ? tid - gt_t * G : 0, G);
+  float ga = 0.0f, gb = 0.0f;
+  if (gate_thread) {
+    ga = load_small(p.a, p.ab_dtype, tok(gt_t, p.a_batch_stride, p.a_token_stride) + gt_h);
+    gb = load_small(p.b, p.ab_dtype, tok(gt_t, p.b_batch_stride, p.b_token_stride) + gt_h);
+  }
   for (int t = tid; t < nt; t += Tr::kThreads) {
     int64_t slot = -1;
     if (p.token_state_indices != nullptr) {
@@ -303,32 +334,58 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_tokens_kernel(const __gri
     }
     slots[t] = slot;
   }
-  for (int i = tid; i < nt * G; i += Tr::kThreads) {
-    const int t = i / G, g = i - t * G, h = group_head(p, hk, g, G);
-    const bool raw = p.gate == Gate::kRaw;
-    const Gates gt = gates_of(p, load_small(p.a, p.ab_dtype, tok(t, p.a_batch_stride, p.a_token_stride) + h),
-                              load_small(p.b, p.ab_dtype, tok(t, p.b_batch_stride, p.b_token_stride) + h),
-                              raw ? p.A_log[h] : 0.0f, raw ? p.dt_bias[h] : 0.0f);
-    dec[i] = gt.decay;
-    bet[i] = gt.beta;
-  }
-  if (p.conv_width > 0) {
+  if (p.conv_width == 0) {
+    with_dtype<MixedIO>(p.qkv_dtype, [&](auto tag) {
+      using E = decltype(tag);
+      const E* q = static_cast<const E*>(p.q);
+      const E* k = static_cast<const E*>(p.k);
+      const E* v = static_cast<const E*>(p.v);
+      // A thread a channel m of the list (q and k of hk, then the block's v
+      // columns), its tokens kB at a time: token t of a channel sits at
+      // base + t token_stride, dense or packed alike (no division a token).
+      constexpr int kB = 4;
+      const int n = 2 * Dk + vcols;
+      for (int m = tid; m < n; m += Tr::kThreads) {
+        const E* src;
+        int64_t ts;
+        float* dst;
+        int ds;  // dst stride a token
+        if (m < 2 * Dk) {
+          const bool isq = m < Dk;
+          const int c = isq ? m : m - Dk;
+          src = (isq ? q : k) + tok(0, isq ? p.q_batch_stride : p.k_batch_stride, 0) +
+                int64_t(hk) * (isq ? p.q_head_stride : p.k_head_stride) + c;
+          ts = isq ? p.q_token_stride : p.k_token_stride;
+          dst = (isq ? qn : kn) + c;
+          ds = Dk;
+        } else {
+          const int gc = lo + m - 2 * Dk, g = gc / Dv;
+          src = v + tok(0, p.v_batch_stride, 0) + int64_t(group_head(p, hk, g, G)) * p.v_head_stride + (gc - g * Dv);
+          ts = p.v_token_stride;
+          dst = vs + (m - 2 * Dk);
+          ds = vcols;
+        }
+        for (int t0 = 0; t0 < nt; t0 += kB) {
+          float x[kB];
+#pragma unroll
+          for (int e = 0; e < kB; ++e) x[e] = t0 + e < nt ? Elem<E>::to_float(src[(t0 + e) * ts]) : 0.0f;
+#pragma unroll
+          for (int e = 0; e < kB; ++e)
+            if (t0 + e < nt) dst[(t0 + e) * ds] = x[e];
+        }
+      }
+    });
+  } else {
     __syncthreads();  // the slots
     with_dtype<MixedIO>(p.qkv_dtype, [&](auto tag) {
       token_conv<decltype(tag)>(p, r, b, hk, G, slots, qn, kn, vs, vcols);
     });
-  } else {
-    for (int i = tid; i < nt * Dk; i += Tr::kThreads) {
-      const int t = i / Dk, k = i - t * Dk;
-      qn[i] = load_small(p.q, p.qkv_dtype, tok(t, p.q_batch_stride, p.q_token_stride) + int64_t(hk) * p.q_head_stride + k);
-      kn[i] = load_small(p.k, p.qkv_dtype, tok(t, p.k_batch_stride, p.k_token_stride) + int64_t(hk) * p.k_head_stride + k);
-    }
-    for (int i = tid; i < nt * vcols; i += Tr::kThreads) {
-      const int t = i / vcols, gc = lo + (i - t * vcols), g = gc / Dv;
-      vs[i] = load_small(p.v, p.qkv_dtype,
-                         tok(t, p.v_batch_stride, p.v_token_stride) +
-                             int64_t(group_head(p, hk, g, G)) * p.v_head_stride + (gc - g * Dv));
-    }
+  }
+  if (gate_thread) {
+    const bool raw = p.gate == Gate::kRaw;
+    const Gates gt = gates_of(p, ga, gb, raw ? p.A_log[gt_h] : 0.0f, raw ? p.dt_bias[gt_h] : 0.0f);
+    dec[tid] = gt.decay;
+    bet[tid] = gt.beta;
   }
   __syncthreads();
 
@@ -360,7 +417,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_tokens_kernel(const __gri
   }
   __syncthreads();
 
-  // ---- 3. the units, each through every token
+  // ---- 3. the units, kU at a time, each through every token
   // o of token t, group column (g, j): raw into shared memory for the norm, else stored
   auto emit = [&](int t, int g, int j, float o_val) {
     if (norm)
@@ -377,72 +434,76 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_tokens_kernel(const __gri
                      int64_t(t) * p.intermediate_token_stride + int64_t(h) * head_elems,
                  st);
   };
-  if constexpr (kVK) {
-    using Pass = OnePass<1, VkT::kLanesPerCol, kOuter>;
-    const int out_c = Pass::col(lane);
-    const bool writer = Pass::writer(lane);
-    const int out_col = out_c * VkT::kColsPerStep + step_col;
-    for (int u = u_first; u < u1; u += u_step) {
-      V nxt[kOuter][kInner];
-      const bool has_next = u + u_step < u1;
-      if (has_next) load_unit(u + u_step, nxt);
-      const int g = unit_member(u), h = group_head(p, hk, g, G), j0 = unit_j0(u);
-      const int jc = j0 + out_col;  // this lane's output column
-      for (int t = 0; t < nt; ++t) {
+  for (int ub = u_first; ub < u1; ub += u_round) {
+    if (ub != u_first) load_round(ub, s);
+    int g[kU], h[kU], j0[kU];
+    bool ok[kU];
+#pragma unroll
+    for (int k = 0; k < kU; ++k) {
+      const int u = ub + k * u_stride;
+      ok[k] = u < u1;
+      g[k] = unit_member(ok[k] ? u : ub);
+      h[k] = group_head(p, hk, g[k], G);
+      j0[k] = unit_j0(ok[k] ? u : ub);
+    }
+    for (int t = 0; t < nt; ++t) {
+      if constexpr (kVK) {
+        using Pass = OnePass<1, VkT::kLanesPerCol, kOuter>;
+        const int out_col = Pass::col(lane) * VkT::kColsPerStep + step_col;  // this lane's output column
+        // q_hat, k_hat of the lane's rows: kVec consecutive rows a chunk, 16-byte
+        // reads side by side across the lanes (no bank conflicts)
         float qh[kRowsHeld], kh[kRowsHeld];
 #pragma unroll
-        for (int n = 0; n < kRowsHeld; ++n) {
-          qh[n] = rows[n] < Dk ? qn[t * Dk + rows[n]] : 0.0f;
-          kh[n] = rows[n] < Dk ? kn[t * Dk + rows[n]] : 0.0f;
-        }
-        const float decay = dec[t * G + g], beta = bet[t * G + g];
-        const float vj = jc < Dv ? vs[t * vcols + g * Dv + jc - lo] : 0.0f;
-        auto elem = [&](int rr, int c) -> float { return Elem<T>::to_float(s[c][rr / kVec].x[rr % kVec]); };
-        // delta of every held column and this lane's output (decode_vk's sums)
-        float delta[kOuter];
-        const float o_val = Pass::run(
-            [&](int v) {
-              const float* w = (v & 1) ? qh : kh;
-              float a = 0.0f;
+        for (int c = 0; c < kInner; ++c)
 #pragma unroll
-              for (int rr = 0; rr < kRowsHeld; ++rr) a += elem(rr, v / 2) * w[rr];
-              return a;
-            },
-            vj, decay, beta, kqs[t], scale, lane, delta);
-        // S' = exp(g) S + k_hat delta, rounded to the state's dtype
-#pragma unroll
-        for (int o = 0; o < kOuter; ++o)
-#pragma unroll
-          for (int ci = 0; ci < kInner; ++ci) {
-            V n;
-#pragma unroll
-            for (int e = 0; e < kVec; ++e) {
-              const int rr = ci * kVec + e;
-              n.x[e] = Elem<T>::from_float(decay * elem(rr, o) + kh[rr] * delta[o]);
-            }
-            s[o][ci] = n;
+          for (int e4 = 0; e4 < kVec; e4 += 4) {
+            const int i = rows[c * kVec] + e4;
+            const bool in = rows[c * kVec] < Dk;
+            const float4 q4 = in ? *reinterpret_cast<const float4*>(qn + t * Dk + i) : make_float4(0, 0, 0, 0);
+            const float4 k4 = in ? *reinterpret_cast<const float4*>(kn + t * Dk + i) : make_float4(0, 0, 0, 0);
+            float* qd = qh + c * kVec + e4;
+            float* kd = kh + c * kVec + e4;
+            qd[0] = q4.x, qd[1] = q4.y, qd[2] = q4.z, qd[3] = q4.w;
+            kd[0] = k4.x, kd[1] = k4.y, kd[2] = k4.z, kd[3] = k4.w;
           }
-        if (writer && jc < Dv) emit(t, g, jc, o_val);
-        store_token(u, t, h, s);
-      }
-      if (r.s_out >= 0) store_unit(u, pool + r.s_out * p.state_slot_stride + int64_t(h) * head_elems, s);
-      if (!has_next) break;
+        const float kq = kqs[t];
 #pragma unroll
-      for (int o = 0; o < kOuter; ++o)
+        for (int k = 0; k < kU; ++k) {
+          const float decay = dec[t * G + g[k]], beta = bet[t * G + g[k]];
+          const int jc = j0[k] + out_col;
+          const float vj = jc < Dv ? vs[t * vcols + g[k] * Dv + jc - lo] : 0.0f;
+          auto elem = [&](int rr, int c) -> float { return Elem<T>::to_float(s[k][c][rr / kVec].x[rr % kVec]); };
+          // delta of every held column and this lane's output (decode_vk's sums)
+          float delta[kOuter];
+          const float o_val = Pass::run(
+              [&](int vv) {
+                const float* w = (vv & 1) ? qh : kh;
+                float a = 0.0f;
 #pragma unroll
-        for (int c = 0; c < kInner; ++c) s[o][c] = nxt[o][c];
-    }
-  } else {
-    using R = KvRegTile<T, kDk, kWarps>;
-    constexpr int kRows = R::kRows;
-    __shared__ float part[R::kPartFloats];
-    __shared__ float dl[kCols];
-    for (int u = u_first; u < u1; u += u_step) {
-      V nxt[1][kRows];
-      const bool has_next = u + 1 < u1;
-      if (has_next) load_unit(u + 1, nxt);
-      const int g = unit_member(u), h = group_head(p, hk, g, G), jt = unit_j0(u);
-      for (int t = 0; t < nt; ++t) {
+                for (int rr = 0; rr < kRowsHeld; ++rr) a += elem(rr, vv / 2) * w[rr];
+                return a;
+              },
+              vj, decay, beta, kq, scale, lane, delta);
+          // S' = exp(g) S + k_hat delta, rounded to the state's dtype
+#pragma unroll
+          for (int o = 0; o < kOuter; ++o)
+#pragma unroll
+            for (int ci = 0; ci < kInner; ++ci) {
+              V n;
+#pragma unroll
+              for (int e = 0; e < kVec; ++e) {
+                const int rr = ci * kVec + e;
+                n.x[e] = Elem<T>::from_float(decay * elem(rr, o) + kh[rr] * delta[o]);
+              }
+              s[k][o][ci] = n;
+            }
+          if (ok[k] && Pass::writer(lane) && jc < Dv) emit(t, g[k], jc, o_val);
+        }
+      } else {
+        using R = KvRegTile<T, kDk, kWarps>;
+        constexpr int kRows = R::kRows;
+        __shared__ float part[kU * R::kPartFloats];
+        __shared__ float dl[kU * kCols];
         float qr[kRows], kr[kRows];
 #pragma unroll
         for (int n = 0; n < kRows; ++n) {
@@ -450,27 +511,50 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_tokens_kernel(const __gri
           qr[n] = i < Dk ? qn[t * Dk + i] : 0.0f;
           kr[n] = i < Dk ? kn[t * Dk + i] : 0.0f;
         }
-        const float decay = dec[t * G + g], beta = bet[t * G + g];
-        const float vj = tid < kCols && jt + tid < Dv ? vs[t * vcols + g * Dv + jt + tid - lo] : 0.0f;
-        R::reduce(s[0], qr, kr, vj, decay, beta, kqs[t], scale, part, dl, [&](int col, float o_val) {
-          if (jt + col < Dv) emit(t, g, jt + col, o_val);
-        });
+        // the tiles' sums as a one-token block reduces a pair (decode_kv_step_kernel)
+#pragma unroll
+        for (int k = 0; k < kU; ++k) R::post(s[k][0], qr, kr, part + k * R::kPartFloats);
+        __syncthreads();  // every tile's partial sums are posted
+        if (tid < kU * kCols) {
+          const int k = tid / kCols, col = tid - k * kCols;
+          // tile k's member, first column and validity (selects: no run-time array index)
+          int gk = g[0], jt = j0[0];
+          bool emits = ok[0];
+#pragma unroll
+          for (int kk = 1; kk < kU; ++kk)
+            if (k == kk) {
+              gk = g[kk];
+              jt = j0[kk];
+              emits = ok[kk];
+            }
+          const float vj = jt + col < Dv ? vs[t * vcols + gk * Dv + jt + col - lo] : 0.0f;
+          R::finish(col, part + k * R::kPartFloats, vj, dec[t * G + gk], bet[t * G + gk], kqs[t], scale,
+                    dl + k * kCols, [&](int c, float o_val) {
+                      if (emits && jt + c < Dv) emit(t, gk, jt + c, o_val);
+                    });
+        }
+        __syncthreads();  // the tiles' deltas are posted
         // S' = exp(g) S + k_hat delta (KvRegTile::store's arithmetic), kept
-        float delta[kVec];
 #pragma unroll
-        for (int c = 0; c < kVec; ++c) delta[c] = dl[chunk * kVec + c];
+        for (int k = 0; k < kU; ++k) {
+          const float decay = dec[t * G + g[k]];
+          float delta[kVec];
 #pragma unroll
-        for (int n = 0; n < kRows; ++n)
+          for (int c = 0; c < kVec; ++c) delta[c] = dl[k * kCols + chunk * kVec + c];
 #pragma unroll
-          for (int c = 0; c < kVec; ++c)
-            s[0][n].x[c] = Elem<T>::from_float(decay * Elem<T>::to_float(s[0][n].x[c]) + kr[n] * delta[c]);
-        store_token(u, t, h, s);
+          for (int n = 0; n < kRows; ++n)
+#pragma unroll
+            for (int c = 0; c < kVec; ++c)
+              s[k][0][n].x[c] = Elem<T>::from_float(decay * Elem<T>::to_float(s[k][0][n].x[c]) + kr[n] * delta[c]);
+        }
       }
-      if (r.s_out >= 0) store_unit(u, pool + r.s_out * p.state_slot_stride + int64_t(h) * head_elems, s);
-      if (!has_next) break;
 #pragma unroll
-      for (int n = 0; n < kRows; ++n) s[0][n] = nxt[0][n];
+      for (int k = 0; k < kU; ++k)
+        if (ok[k]) store_token(ub + k * u_stride, t, h[k], s[k]);
     }
+#pragma unroll
+    for (int k = 0; k < kU; ++k)
+      if (ok[k] && r.s_out >= 0) store_unit(ub + k * u_stride, pool + r.s_out * p.state_slot_stride + int64_t(h[k]) * head_elems, s[k]);
   }
 
   // ---- 4. the gated RMSNorm of each (token, head), the fused kernels' order:
