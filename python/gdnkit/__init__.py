@@ -1,4 +1,5 @@
-"""gdnkit: the fused GatedDeltaNet decode step (one token per sequence).
+"""gdnkit: the fused GatedDeltaNet decode step (one token per sequence, or several for
+speculative decoding, in one call).
 
     import gdnkit
     out = gdnkit.decode(q, k, v, a, b, state, A_log=A_log, dt_bias=dt_bias)

@@ -10,7 +10,7 @@ import sys
 
 from . import _gdnkit, _raw
 from ._options import (EXT_ARRAYS, LAYOUTS, PARAMS, choice, dtype_name, ext_kwargs,
-                       make_function, signature)
+                       make_function, out_shape, signature)
 
 
 def _numpy_bfloat16():
@@ -35,14 +35,6 @@ def _numpy_view(x):
 
             return x.view(np.uint16)
     return x
-
-
-def _rows(x, trailing):
-    """Rows of an array whose last `trailing` dims are per row (leading dims collapse)."""
-    n = 1
-    for d in tuple(x.shape)[: max(len(x.shape) - trailing, 0)]:
-        n *= int(d)
-    return n
 
 
 def _allocate(ref, shape, dtype):
@@ -89,7 +81,8 @@ def _default_stream(ref):
     return 0
 
 
-_DECODE_DOC = """One GatedDeltaNet decode step (docs/operation.md); updates `state` in place, returns the output.
+_DECODE_DOC = """One GatedDeltaNet decode step (docs/operation.md): one token a row, or several;
+updates `state` in place, returns the output.
 
 Arrays (numpy, torch, CuPy, ... through DLPack; all on one device):
   q, k        [B, Hk, Dk] (also [B, 1, Hk, Dk], [1, B, Hk, Dk] or [B, Hk*Dk])
@@ -122,6 +115,39 @@ The middle of a Qwen3-Next / Qwen3.5 layer, optional and fused into the same cal
               out = norm_weight * o * rsqrt(mean(o^2) + norm_eps) * silu(z), in float32
               before the output's rounding; z [B, Hv, Dv] (or [B, Hv*Dv]), norm_weight [Dv]
   x, conv_state, conv_weight, conv_bias, z and norm_weight share the inputs' dtype.
+Several tokens a row (speculative decoding: T = 1 + drafts), in one call:
+  q, k, v, qkv, x, a, b, z and out take a token dimension: [B, T, ...] (or [B*T, ...]),
+              or with cu_seqlens [total_tokens, ...] (or [1, total_tokens, ...])
+  cu_seqlens  [B + 1] int: row b owns the packed tokens [cu_seqlens[b], cu_seqlens[b+1]),
+              at most T of them (vLLM's query_start_loc)
+  num_tokens  T, 1 to 16; None: from the shapes (a [B, T, Hv] with B and T both other
+              than 1, else the second dimension of token_state_indices or
+              intermediate_states, else with cu_seqlens min(total_tokens, 16), else 1). A
+              [1, T, ...] input with none of these is T rows of one token, as it always
+              was: pass num_tokens=T for one row of T tokens
+  The tokens of a row run in order on its state, which is rounded to the state's dtype
+  after every token: one call gives the outputs and states of T one-token calls chained
+  through the pool. out is [B, T, Hv, Dv], or [total_tokens, Hv, Dv] with cu_seqlens.
+  Where the states go (by default, as for one token: the state after a row's last token
+  to its write slot):
+  token_state_indices  [B, T] int (more columns allowed, unused): the state (and conv
+              state) after token t of row b to slot token_state_indices[b, t] (negative:
+              not stored), and nothing else; row b starts from state_indices[b] when given,
+              else from slot token_state_indices[b, n - 1], n = num_accepted_tokens[b]
+              (1 without it): vLLM's ssm_state_indices and num_accepted_tokens
+  num_accepted_tokens  [B] int, with token_state_indices only
+  intermediate_states  [B, T (or more), <a slot of state>] or [B, T, Hv*Dk*Dv] in the
+              pool's dtype, each block dense: the state after token t of row b to
+              intermediate_states[b, t], in place (FlashInfer's intermediate_states_buffer)
+  intermediate_conv_states  [B, T (or more), <a slot of conv_state>] with the conv pool's
+              channel and tap strides: every token's conv window
+  update_state  False: neither pool is written; the outputs and the intermediate buffers
+              still are (FlashInfer's disable_state_update)
+  Padding and bad indices as for one token; a row whose cu_seqlens range is not within
+  [0, total_tokens] with at most T tokens, or whose num_accepted_tokens is outside [1, T],
+  is counted in invalid_index_count and writes nothing. Every index array
+  (state_indices, state_out_indices, cu_seqlens, token_state_indices,
+  num_accepted_tokens) takes the same dtype.
 Conventions: layout "kv"/"vk"; gate "raw"/"precomputed"; l2norm "rsqrt"
 (x*rsqrt(sum x^2 + eps)), "max_norm" (x / max(||x||, eps), torch F.normalize) or "none";
 head_map "interleaved" (h // G) or "tiled" (h % Hk); scale None = Dk**-0.5.
@@ -152,18 +178,23 @@ def _decode(values):
                          "the conv prologue)")
     layout = choice("layout", values["layout"], LAYOUTS)
     out, out_dtype = values["out"], values["out_dtype"]
-    if out is None:
-        if len(state.shape) != 4:
-            raise ValueError(f"state: expected a rank-4 pool, got shape {tuple(state.shape)}")
+    hv = dv = 0
+    if len(state.shape) == 4:
         hv = int(state.shape[1])
         dv = int(state.shape[3] if layout == LAYOUTS["kv"] else state.shape[2])
-        out = _allocate(ref, (_rows(values["a"], 1), hv, dv), dtype_name(out_dtype))
+    elif out is None:
+        raise ValueError(f"state: expected a rank-4 pool, got shape {tuple(state.shape)}")
+    # T resolved here, from the shapes, and handed on: the output allocated below and the
+    # extension's checks then read the same token layout.
+    shape, tokens = out_shape(values, hv, dv)
+    if out is None:
+        out = _allocate(ref, shape, dtype_name(out_dtype))
     elif out_dtype is not None:
         raise ValueError("out_dtype: give out or out_dtype, not both")
     stream = values["stream"]
     if stream is None:
         stream = _default_stream(state)
-    kw = ext_kwargs({**values, "out": out, "stream": stream})
+    kw = ext_kwargs({**values, "out": out, "stream": stream, "num_tokens": tokens})
     if _framework(state) == "torch":
         _raw.run_values(kw)
     else:

@@ -162,6 +162,16 @@ PARAMS = (
     _p("norm_eps", 1e-6, "float", normalize=float),
     # programmatic dependent launch (CUDA sm_90)
     _p("programmatic_launch", False, "bool", normalize=bool),
+    # several tokens a row (speculative decoding; docs/operation.md, "Multi-token decode").
+    # The ops' schemas end with these: programs exported before they existed still call
+    # the ops by the published prefix, their defaults filling the rest.
+    _p("num_tokens", None, "int", normalize=_zero_if_none(int)),
+    _p("cu_seqlens"),
+    _p("token_state_indices"),
+    _p("num_accepted_tokens"),
+    _p("intermediate_states", schema="Tensor(d!)?"),
+    _p("intermediate_conv_states", schema="Tensor(e!)?", ops=[DECODE_CONV]),
+    _p("update_state", True, "bool", normalize=bool),
     # the CUDA stream (gdnkit.decode only; the ops run on the current stream)
     _p("stream", schema="", ops=[], normalize=_none_or(int)),
 )
@@ -217,6 +227,62 @@ def ext_kwargs(values):
         if name in values:
             kw[name] = normalize(values[name])
     return kw
+
+
+# ---- several tokens a row: the output's shape, from the shapes alone -------------------------
+
+MAX_TOKENS = 16  # gdn::kMaxTokens: the most tokens a row may carry in one call
+
+
+def resolve_num_tokens(a_shape, tokens, packed, token_state_indices_shape, intermediate_shape):
+    """T, the tokens a row carries, as the extension resolves it (resolve_tokens in
+    python/src/gdnkit_ext.cpp): `tokens` (num_tokens) when not 0, else a [B, T, Hv]
+    whose B and T both differ from 1, else the second dimension of token_state_indices
+    (B, T) or intermediate_states (B, T, ...), else, with cu_seqlens (`packed`), the
+    packed tokens up to MAX_TOKENS, else 1. Shapes only, so a fake (meta) implementation
+    gets the same answer."""
+    if tokens:
+        return int(tokens)
+    lead = tuple(a_shape)[:-1]
+    big = [d for d in lead if d != 1]
+    if not packed and len(big) == 2:
+        return big[1]
+    if token_state_indices_shape is not None and len(token_state_indices_shape) == 2:
+        return token_state_indices_shape[1]
+    if intermediate_shape is not None and len(intermediate_shape) >= 3:
+        return intermediate_shape[1]
+    if packed:
+        rows = 1
+        for d in lead:
+            rows = rows * d
+        return max(1, min(rows, MAX_TOKENS))
+    return 1
+
+
+def out_shape(values, hv, dv):
+    """(shape of the output, T) for a dict of arguments by name (a, num_tokens, cu_seqlens,
+    token_state_indices, intermediate_states; arrays or anything with .shape): [B, T, Hv,
+    Dv] for dense tokens (T > 1), [total_tokens, Hv, Dv] with cu_seqlens, [B, Hv, Dv]
+    for one token a row."""
+    a_shape = tuple(values["a"].shape)
+    packed = values.get("cu_seqlens") is not None
+    if (len(a_shape) == 2 and not packed and not values.get("num_tokens")
+            and values.get("token_state_indices") is None
+            and values.get("intermediate_states") is None):
+        return (a_shape[0], hv, dv), 1  # one token a row, a [B, Hv]: most calls, kept cheap
+    shape = lambda name: None if values.get(name) is None else tuple(values[name].shape)  # noqa: E731
+    tokens = resolve_num_tokens(a_shape, BY_NAME["num_tokens"].normalize(values.get("num_tokens")),
+                                packed, shape("token_state_indices"),
+                                shape("intermediate_states"))
+    rows = 1
+    for d in a_shape[:-1]:
+        rows = rows * d
+    if packed or not 1 < tokens <= MAX_TOKENS:  # (out of range: the extension refuses it)
+        return (rows, hv, dv), tokens
+    if rows % tokens:
+        # the extension's words for the same refusal
+        raise ValueError(f"a: {rows} tokens are not B rows of num_tokens={tokens}")
+    return (rows // tokens, tokens, hv, dv), tokens
 
 
 # ---- functions with the parameters' signature ------------------------------------------

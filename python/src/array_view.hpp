@@ -205,6 +205,104 @@ inline void as_rows_heads(const ArrayView& a, int64_t* rows, int64_t* heads,
   if (*rows <= 1) *row_stride = *heads;
 }
 
+// ---- several tokens a row (docs/operation.md, "Multi-token decode") -------------------
+
+// How the call's token-major tensors (q, k, v, qkv, x, a, b, z, out) hold their tokens:
+// B rows of T tokens, dense ((B, T, ...) or flattened (B*T, ...)), or, with cu_seqlens,
+// `total` packed tokens ((total, ...), or (1, total, ...)). One token a row and no
+// cu_seqlens is the one-token form, whose shapes the one-token checks above read.
+struct Tokens {
+  int64_t B{0};
+  int64_t T{1};
+  bool packed{false};
+  int64_t total{0};
+  bool token_major() const { return packed || T > 1; }
+  std::string expected(const char* trailing) const {
+    if (packed)
+      return format("[total_tokens, %s] or [1, total_tokens, %s] with total_tokens=%lld", trailing,
+                    trailing, (long long)total);
+    return format("[B, T, %s] or [B*T, %s] with B=%lld, T=%lld", trailing, trailing,
+                  (long long)B, (long long)T);
+  }
+};
+
+// The leading dimensions [0, n) of `a` as the call's rows and tokens: sets the batch and
+// token strides (elements), or returns false when the dimensions do not hold them.
+// Dimensions of size 1 are dropped (their strides mean nothing); `span` (one token's
+// elements) stands in for the stride of a dimension that is absent or holds one token.
+inline bool fit_tokens(const ArrayView& a, int n, const Tokens& g, int64_t span,
+                       int64_t* batch_stride, int64_t* token_stride) {
+  int64_t dims[kMaxDims], strides[kMaxDims];
+  int m = 0;
+  for (int i = 0; i < n; ++i)
+    if (a.shape[i] != 1) {
+      dims[m] = a.shape[i];
+      strides[m++] = a.strides[i];
+    }
+  if (g.packed) {
+    *batch_stride = 0;  // unused: row b's tokens start at cu_seqlens[b]
+    if (m == 0) {
+      *token_stride = span;
+      return g.total == 1;
+    }
+    *token_stride = g.total > 1 ? strides[0] : span;
+    return m == 1 && dims[0] == g.total;
+  }
+  if (m == 0) {
+    *token_stride = span;
+    *batch_stride = g.T * span;
+    return g.B * g.T == 1;
+  }
+  if (m == 1) {
+    if (dims[0] != g.B * g.T) return false;
+    *token_stride = g.B * g.T > 1 ? strides[0] : span;  // flattened (B*T, ...): row-major
+    *batch_stride = g.T * *token_stride;
+    return true;
+  }
+  if (m == 2 && dims[0] == g.B && dims[1] == g.T) {
+    *batch_stride = strides[0];
+    *token_stride = strides[1];
+    return true;
+  }
+  return false;
+}
+
+// A token-major (tokens, heads, dim) tensor: its strides in the call's token layout.
+struct TokenRHD {
+  int64_t heads{0}, dim{0}, batch_stride{0}, token_stride{0}, head_stride{0};
+};
+
+// [..., H, D] (D = dim) or [..., H*D] whose leading dimensions hold the call's tokens
+// (Tokens::expected); the last dimension contiguous.
+inline TokenRHD as_token_rhd(const ArrayView& a, int64_t dim, const Tokens& g) {
+  need_contiguous_last(a);
+  TokenRHD r;
+  r.dim = dim;
+  if (a.ndim >= 3 && a.shape[a.ndim - 1] == dim) {
+    r.heads = a.shape[a.ndim - 2];
+    r.head_stride = r.heads > 1 ? a.strides[a.ndim - 2] : dim;
+    if (fit_tokens(a, a.ndim - 2, g, r.heads * r.head_stride, &r.batch_stride, &r.token_stride))
+      return r;
+  }
+  if (a.ndim >= 1 && dim > 0 && a.shape[a.ndim - 1] % dim == 0) {
+    r.heads = a.shape[a.ndim - 1] / dim;
+    r.head_stride = dim;
+    if (fit_tokens(a, a.ndim - 1, g, r.heads * dim, &r.batch_stride, &r.token_stride)) return r;
+  }
+  refuse(format("%s: shape %s does not hold the call's tokens: expected %s", a.name,
+                a.shape_str().c_str(), g.expected("H, D (or H*D)").c_str()));
+}
+
+// A token-major (tokens, width) tensor: a, b (width Hv), the packed row qkv or x.
+inline void as_token_rows(const ArrayView& a, const Tokens& g, const char* width_name,
+                          int64_t* batch_stride, int64_t* token_stride) {
+  need_contiguous_last(a);
+  if (a.ndim < 1 ||
+      !fit_tokens(a, a.ndim - 1, g, a.shape[a.ndim - 1], batch_stride, token_stride))
+    refuse(format("%s: shape %s does not hold the call's tokens: expected %s", a.name,
+                  a.shape_str().c_str(), g.expected(width_name).c_str()));
+}
+
 // A 1-D contiguous vector of n elements.
 inline void need_vector(const ArrayView& a, int64_t n, const char* what) {
   if (a.ndim != 1 || a.shape[0] != n)

@@ -10,11 +10,18 @@
 // Strides are in elements. The last dimension of every tensor must be contiguous;
 // rows and heads take any stride the library accepts, so views into a packed row,
 // a strided batch or a padded pool work without copies.
+//
+// Several tokens a row (speculative decoding) are one call too: the token layout
+// (Tokens: B rows of T tokens, or tokens packed by cu_seqlens) is resolved once from
+// num_tokens and the shapes (resolve_tokens), and every token-major tensor's batch and
+// token strides come from its own dimensions. One token a row without cu_seqlens keeps
+// the one-token shapes ([B, ...], [B, 1, ...], [1, B, ...]) exactly as they were.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -46,12 +53,16 @@ struct Options {
   uint64_t stream{0};
   double norm_eps{1e-6};
   bool programmatic_launch{false};
+  int64_t num_tokens{0};  // 0: from the shapes (resolve_tokens)
+  bool update_state{true};
 };
 
 struct Arrays {
   ArrayView q, k, v, qkv, a, b, A_log, dt_bias, state, o, idx, out_idx, counter;
   // the conv1d prologue (x instead of q, k, v) and the gated RMSNorm epilogue
   ArrayView x, conv_state, conv_weight, conv_bias, z, norm_weight;
+  // several tokens a row: packed rows, per-token slots, every token's state kept
+  ArrayView cu, tsi, nacc, inter, inter_conv;
   Arrays() {
     q.name = "q"; k.name = "k"; v.name = "v"; qkv.name = "qkv";
     a.name = "a"; b.name = "b"; A_log.name = "A_log"; dt_bias.name = "dt_bias";
@@ -59,6 +70,8 @@ struct Arrays {
     out_idx.name = "state_out_indices"; counter.name = "invalid_index_count";
     x.name = "x"; conv_state.name = "conv_state"; conv_weight.name = "conv_weight";
     conv_bias.name = "conv_bias"; z.name = "z"; norm_weight.name = "norm_weight";
+    cu.name = "cu_seqlens"; tsi.name = "token_state_indices"; nacc.name = "num_accepted_tokens";
+    inter.name = "intermediate_states"; inter_conv.name = "intermediate_conv_states";
   }
 };
 
@@ -99,9 +112,10 @@ void need_qkv_dtype(const ArrayView& a, const ArrayView& ref) {
                   a.name, dtype_name(a.code, a.bits), ref.name, dtype_name(ref.code, ref.bits)));
 }
 
-// The conv1d prologue: W from conv_weight, the conv state pool's layout from its shape.
-// Sizes, qkv_dtype and the pool's num_slots must be set.
-void set_conv(Arrays& x, gdn::DecodeParams& p) {
+// The conv1d prologue: W from conv_weight, the conv state pool's layout from its shape, and
+// the buffer of every token's conv window. Sizes, qkv_dtype and the pool's num_slots must
+// be set.
+void set_conv(Arrays& x, const Tokens& g, gdn::DecodeParams& p) {
   const int64_t cdim = gdn::conv_dim(p);
   // conv_weight: (conv_dim, W), or torch Conv1d's (conv_dim, 1, W); dense.
   const ArrayView& w = x.conv_weight;
@@ -144,25 +158,66 @@ void set_conv(Arrays& x, gdn::DecodeParams& p) {
   p.conv_state = c.data;
   p.conv_state_channel_stride = ch;
   p.conv_state_tap_stride = tap;
-  p.conv_state_slot_stride = c.shape[0] > 1 ? c.strides[0]
-                             : ch == 1      ? (taps - 1) * tap + cdim
-                                            : (cdim - 1) * ch + taps;
+  const int64_t span = ch == 1 ? (taps - 1) * tap + cdim : (cdim - 1) * ch + taps;
+  p.conv_state_slot_stride = c.shape[0] > 1 ? c.strides[0] : span;
+
+  // intermediate_conv_states: (B, >= T, <one slot of the pool>); the library lays every
+  // token's window out with the pool's channel and tap strides, so the buffer must share them.
+  if (!x.inter_conv.present) return;
+  const ArrayView& ic = x.inter_conv;
+  if (!(ic.ndim == 4 && ic.shape[0] == g.B && ic.shape[1] >= g.T && ic.shape[2] == c.shape[1] &&
+        ic.shape[3] == c.shape[2]))
+    refuse(format("intermediate_conv_states: expected shape (B=%lld, T=%lld or more, %lld, %lld) "
+                  "(a slot of conv_state for every token), got %s",
+                  (long long)g.B, (long long)g.T, (long long)c.shape[1], (long long)c.shape[2],
+                  ic.shape_str().c_str()));
+  need_qkv_dtype(ic, x.x);
+  int64_t ich = ic.strides[cd + 1], itap = ic.strides[4 - cd];
+  if (taps == 1) itap = ich == 1 ? cdim : 1;
+  if (ich != ch || itap != tap)
+    refuse(format("intermediate_conv_states: channel and tap strides (%lld, %lld) differ from "
+                  "conv_state's (%lld, %lld) (every token's window is laid out as a slot of the "
+                  "pool)",
+                  (long long)ich, (long long)itap, (long long)ch, (long long)tap));
+  p.intermediate_conv_states = ic.data;
+  p.intermediate_conv_token_stride = ic.shape[1] > 1 ? ic.strides[1] : span;
+  p.intermediate_conv_batch_stride =
+      ic.shape[0] > 1 ? ic.strides[0] : ic.shape[1] * p.intermediate_conv_token_stride;
 }
 
-// The gated RMSNorm: z (B, Hv, Dv) and norm_weight (Dv).
-void set_norm(Arrays& x, const Options& opt, int64_t B, gdn::DecodeParams& p) {
+// A token-major (tokens, Hv, Dv) tensor (z, out) in the call's token layout.
+TokenRHD token_hv_dv(const ArrayView& a, const Tokens& g, const gdn::DecodeParams& p) {
   const int64_t Hv = p.num_v_heads, Dv = p.head_dim_v;
-  const RHD z = as_rhd(x.z, Dv);
-  if (z.rows != B || z.heads != Hv || z.dim != Dv)
-    refuse(format("z: shape %s, expected [B=%lld, Hv=%lld, Dv=%lld]", x.z.shape_str().c_str(),
-                  (long long)B, (long long)Hv, (long long)Dv));
+  const TokenRHD r = as_token_rhd(a, Dv, g);
+  if (r.heads != Hv)
+    refuse(format("%s: shape %s, expected %s", a.name, a.shape_str().c_str(),
+                  g.expected(format("Hv=%lld, Dv=%lld", (long long)Hv, (long long)Dv).c_str())
+                      .c_str()));
+  return r;
+}
+
+// The gated RMSNorm: z (B, Hv, Dv), or (B, T, Hv, Dv) / (total_tokens, Hv, Dv), and
+// norm_weight (Dv).
+void set_norm(Arrays& x, const Options& opt, const Tokens& g, gdn::DecodeParams& p) {
+  const int64_t B = g.B, Hv = p.num_v_heads, Dv = p.head_dim_v;
+  if (g.token_major()) {
+    const TokenRHD z = token_hv_dv(x.z, g, p);
+    p.z_batch_stride = z.batch_stride;
+    p.z_token_stride = z.token_stride;
+    p.z_head_stride = z.head_stride;
+  } else {
+    const RHD z = as_rhd(x.z, Dv);
+    if (z.rows != B || z.heads != Hv || z.dim != Dv)
+      refuse(format("z: shape %s, expected [B=%lld, Hv=%lld, Dv=%lld]", x.z.shape_str().c_str(),
+                    (long long)B, (long long)Hv, (long long)Dv));
+    p.z_batch_stride = z.row_stride;
+    p.z_head_stride = z.head_stride;
+  }
   const ArrayView& ref = x.x.present ? x.x : x.qkv.present ? x.qkv : x.q;
   need_qkv_dtype(x.z, ref);
   need_vector(x.norm_weight, Dv, "Dv, one per output column");
   need_qkv_dtype(x.norm_weight, ref);
   p.z = x.z.data;
-  p.z_batch_stride = z.row_stride;
-  p.z_head_stride = z.head_stride;
   p.norm_weight = x.norm_weight.data;
   p.norm_eps = float(opt.norm_eps);
 }
@@ -182,7 +237,7 @@ void check_present(const Arrays& x, bool raw_gate) {
   if (conv && !x.conv_state.present) refuse("conv_state: required with x (the conv prologue)");
   if (conv && !x.conv_weight.present) refuse("conv_weight: required with x (the conv prologue)");
   if (!conv)
-    for (const ArrayView* c : {&x.conv_state, &x.conv_weight, &x.conv_bias})
+    for (const ArrayView* c : {&x.conv_state, &x.conv_weight, &x.conv_bias, &x.inter_conv})
       if (c->present) refuse(format("%s: given without x (the conv prologue's input)", c->name));
   if (norm && !x.z.present) refuse("z: required with norm_weight (the gated RMSNorm)");
   if (!norm && x.z.present) refuse("norm_weight: required with z (the gated RMSNorm)");
@@ -200,7 +255,8 @@ void check_present(const Arrays& x, bool raw_gate) {
 gdn::Backend one_device(const Arrays& x, bool raw_gate) {
   const ArrayView* all[] = {&x.state, &x.q, &x.k, &x.v, &x.qkv, &x.a, &x.b, &x.A_log, &x.dt_bias,
                             &x.o, &x.idx, &x.out_idx, &x.counter, &x.x, &x.conv_state,
-                            &x.conv_weight, &x.conv_bias, &x.z, &x.norm_weight};
+                            &x.conv_weight, &x.conv_bias, &x.z, &x.norm_weight, &x.cu, &x.tsi,
+                            &x.nacc, &x.inter, &x.inter_conv};
   const ArrayView& ref = x.state;
   const Space space = space_of(ref.dev_type);
   if (space == Space::kOther)
@@ -254,19 +310,78 @@ void set_pool(const Arrays& x, const Options& opt, gdn::DecodeParams& p) {
     refuse(format("state: shape %s is out of range", s.shape_str().c_str()));
 }
 
-// The gates a and b, which fix B (returned).
-int64_t set_gates(const Arrays& x, gdn::DecodeParams& p) {
+// The call's token layout. T is num_tokens, else what the shapes say: a [B, T, Hv] whose
+// B and T both differ from 1, else the second dimension of token_state_indices (B, T) or of
+// intermediate_states (B, T, ...), else, with cu_seqlens, the packed tokens up to
+// kMaxTokens (no row holds more), else 1. A [1, N, Hv] without any of these stays N rows
+// of one token, as before multi-token calls existed. With cu_seqlens, B is its length
+// less one and the tokens are a's rows; otherwise B is a's rows over T.
+Tokens resolve_tokens(const Arrays& x, const Options& opt) {
+  const ArrayView& a = x.a;
+  if (a.ndim < 2)
+    refuse(format("a: expected [B, Hv] or [B, 1, Hv], got shape %s", a.shape_str().c_str()));
+  int64_t rows = 1, lead[kMaxDims];
+  int m = 0;
+  for (int i = 0; i + 1 < a.ndim; ++i) {
+    rows *= a.shape[i];
+    if (a.shape[i] != 1) lead[m++] = a.shape[i];
+  }
+  Tokens g;
+  g.packed = x.cu.present;
+  int64_t T = opt.num_tokens;
+  if (T == 0) {
+    if (!g.packed && m == 2)
+      T = lead[1];
+    else if (x.tsi.present && x.tsi.ndim == 2)
+      T = x.tsi.shape[1];
+    else if (x.inter.present && x.inter.ndim >= 3)
+      T = x.inter.shape[1];
+    else
+      T = g.packed ? std::max<int64_t>(1, std::min<int64_t>(rows, gdn::kMaxTokens)) : 1;
+  }
+  if (T < 1 || T > gdn::kMaxTokens)
+    refuse(format("num_tokens: must be in [1, %d], got %lld", gdn::kMaxTokens, (long long)T));
+  g.T = T;
+  if (g.packed) {
+    if (x.cu.ndim != 1 || x.cu.shape[0] < 1)
+      refuse(format("cu_seqlens: expected shape (B + 1,), got %s", x.cu.shape_str().c_str()));
+    g.B = x.cu.shape[0] - 1;
+    g.total = rows;
+  } else {
+    if (rows % T != 0)
+      refuse(format("a: %lld tokens are not B rows of num_tokens=%lld", (long long)rows,
+                    (long long)T));
+    g.B = rows / T;
+  }
+  return g;
+}
+
+// The gates a and b. In the one-token form they fix B (returned); token-major, they must
+// hold the tokens resolve_tokens found.
+int64_t set_gates(const Arrays& x, const Tokens& g, gdn::DecodeParams& p) {
   const int64_t Hv = p.num_v_heads;
-  int64_t B = 0, heads = 0, bstride = 0;
-  as_rows_heads(x.a, &B, &heads, &bstride);
+  int64_t B = g.B, heads = 0, bstride = 0, tstride = 0;
+  if (g.token_major()) {
+    heads = x.a.shape[x.a.ndim - 1];
+    if (heads == Hv) as_token_rows(x.a, g, "Hv", &bstride, &tstride);
+  } else {
+    as_rows_heads(x.a, &B, &heads, &bstride);
+  }
   if (heads != Hv)
     refuse(format("a: %lld heads, but state has Hv=%lld", (long long)heads, (long long)Hv));
   p.batch = B;
   p.ab_dtype = need_dtype(x.a);
   p.a = x.a.data;
   p.a_batch_stride = bstride;
-  int64_t rows = 0, h = 0, st = 0;
-  as_rows_heads(x.b, &rows, &h, &st);
+  p.a_token_stride = tstride;
+  int64_t rows = 0, h = 0, st = 0, ts = 0;
+  if (g.token_major()) {
+    rows = B;
+    h = x.b.ndim >= 1 ? x.b.shape[x.b.ndim - 1] : 0;
+    if (h == Hv) as_token_rows(x.b, g, "Hv", &st, &ts);
+  } else {
+    as_rows_heads(x.b, &rows, &h, &st);
+  }
   if (rows != B || h != Hv)
     refuse(format("b: shape %s does not match a %s", x.b.shape_str().c_str(),
                   x.a.shape_str().c_str()));
@@ -275,20 +390,19 @@ int64_t set_gates(const Arrays& x, gdn::DecodeParams& p) {
                   dtype_name(x.b.code, x.b.bits), dtype_name(x.a.code, x.a.bits)));
   p.b = x.b.data;
   p.b_batch_stride = st;
+  p.b_token_stride = ts;
   return B;
 }
 
-// One packed row per sequence: qkv, or the conv prologue's x (conv).
-void set_packed(const Arrays& x, const Options& opt, int64_t B, bool conv,
+// One packed row per token: qkv, or the conv prologue's x (conv).
+void set_packed(const Arrays& x, const Options& opt, const Tokens& g, bool conv,
                 gdn::DecodeParams& p) {
-  const int64_t Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
+  const int64_t B = g.B, Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
   const ArrayView& w = conv ? x.x : x.qkv;
   need_contiguous_last(w);
   if (w.ndim < 2)
     refuse(format("%s: expected [B, 2*Hk*Dk + Hv*Dv] or [B, 1, ...], got shape %s", w.name,
                   w.shape_str().c_str()));
-  int64_t rows = 0, rstride = 0;
-  collapse_rows(w, w.ndim - 1, &rows, &rstride);
   const int64_t width = w.shape[w.ndim - 1];
   const int64_t key_width = width - Hv * Dv;
   if (key_width <= 0 || key_width % (2 * Dk) != 0)
@@ -298,11 +412,34 @@ void set_packed(const Arrays& x, const Options& opt, int64_t B, bool conv,
   if (opt.num_k_heads > 0 && opt.num_k_heads != Hk)
     refuse(format("%s: width %lld gives Hk=%lld, but num_k_heads=%lld", w.name, (long long)width,
                   (long long)Hk, (long long)opt.num_k_heads));
-  if (rows != B)
-    refuse(format("%s: %lld rows, but a has %lld", w.name, (long long)rows, (long long)B));
   if (Hk > INT32_MAX) refuse(format("%s: too many k-heads", w.name));
   p.num_k_heads = int32_t(Hk);
   p.qkv_dtype = need_dtype(w);
+  if (g.token_major()) {
+    int64_t bs = 0, ts = 0;
+    as_token_rows(w, g, "2*Hk*Dk + Hv*Dv", &bs, &ts);
+    if (conv) {
+      p.x = w.data;
+      p.x_batch_stride = bs;
+      p.x_token_stride = ts;
+      return;
+    }
+    // [q (Hk*Dk) | k (Hk*Dk) | v (Hv*Dv)] in every token's row
+    const int64_t elem = int64_t(gdn::dtype_size(p.qkv_dtype));
+    const char* base = static_cast<const char*>(w.data);
+    p.q = base;
+    p.k = base + Hk * Dk * elem;
+    p.v = base + 2 * Hk * Dk * elem;
+    p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = bs;
+    p.q_token_stride = p.k_token_stride = p.v_token_stride = ts;
+    p.q_head_stride = p.k_head_stride = Dk;
+    p.v_head_stride = Dv;
+    return;
+  }
+  int64_t rows = 0, rstride = 0;
+  collapse_rows(w, w.ndim - 1, &rows, &rstride);
+  if (rows != B)
+    refuse(format("%s: %lld rows, but a has %lld", w.name, (long long)rows, (long long)B));
   if (rows <= 1) rstride = width;
   if (conv) {
     p.x = w.data;
@@ -313,22 +450,45 @@ void set_packed(const Arrays& x, const Options& opt, int64_t B, bool conv,
 }
 
 // Separate q, k and v.
-void set_qkv(const Arrays& x, const Options& opt, int64_t B, gdn::DecodeParams& p) {
-  const int64_t Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
-  const RHD q = as_rhd(x.q, Dk);
-  const RHD k = as_rhd(x.k, Dk);
-  const RHD v = as_rhd(x.v, Dv);
-  if (q.dim != Dk)
-    refuse(format("q: head dim %lld, but state has Dk=%lld", (long long)q.dim, (long long)Dk));
-  if (k.rows != q.rows || k.heads != q.heads || k.dim != q.dim)
+void set_qkv(const Arrays& x, const Options& opt, const Tokens& g, gdn::DecodeParams& p) {
+  const int64_t B = g.B, Hv = p.num_v_heads, Dk = p.head_dim_k, Dv = p.head_dim_v;
+  TokenRHD q, k, v;
+  if (g.token_major()) {
+    q = as_token_rhd(x.q, Dk, g);
+    k = as_token_rhd(x.k, Dk, g);
+    v = as_token_rhd(x.v, Dv, g);
+  } else {
+    // one token a row: (R, H, D), (R, 1, H, D), (1, R, H, D) or (R, H*D)
+    const RHD q1 = as_rhd(x.q, Dk), k1 = as_rhd(x.k, Dk), v1 = as_rhd(x.v, Dv);
+    if (q1.dim != Dk)
+      refuse(format("q: head dim %lld, but state has Dk=%lld", (long long)q1.dim, (long long)Dk));
+    if (k1.rows != q1.rows || k1.heads != q1.heads || k1.dim != q1.dim)
+      refuse(format("k: shape %s does not match q %s", x.k.shape_str().c_str(),
+                    x.q.shape_str().c_str()));
+    if (v1.heads != Hv || v1.dim != Dv)
+      refuse(format("v: shape %s does not match Hv=%lld, Dv=%lld of the state",
+                    x.v.shape_str().c_str(), (long long)Hv, (long long)Dv));
+    if (q1.rows != B || v1.rows != B)
+      refuse(format("q, k, v: %lld and %lld rows, but a has %lld", (long long)q1.rows,
+                    (long long)v1.rows, (long long)B));
+    auto one = [](const RHD& r) {
+      TokenRHD t;
+      t.heads = r.heads;
+      t.dim = r.dim;
+      t.batch_stride = r.row_stride;
+      t.head_stride = r.head_stride;
+      return t;
+    };
+    q = one(q1);
+    k = one(k1);
+    v = one(v1);
+  }
+  if (k.heads != q.heads)
     refuse(format("k: shape %s does not match q %s", x.k.shape_str().c_str(),
                   x.q.shape_str().c_str()));
-  if (v.heads != Hv || v.dim != Dv)
+  if (v.heads != Hv)
     refuse(format("v: shape %s does not match Hv=%lld, Dv=%lld of the state",
                   x.v.shape_str().c_str(), (long long)Hv, (long long)Dv));
-  if (q.rows != B || v.rows != B)
-    refuse(format("q, k, v: %lld and %lld rows, but a has %lld", (long long)q.rows,
-                  (long long)v.rows, (long long)B));
   if (opt.num_k_heads > 0 && opt.num_k_heads != q.heads)
     refuse(format("q: %lld heads, but num_k_heads=%lld", (long long)q.heads,
                   (long long)opt.num_k_heads));
@@ -341,13 +501,16 @@ void set_qkv(const Arrays& x, const Options& opt, int64_t B, gdn::DecodeParams& 
   p.num_k_heads = int32_t(q.heads);
   p.qkv_dtype = t;
   p.q = x.q.data;
-  p.q_batch_stride = q.row_stride;
+  p.q_batch_stride = q.batch_stride;
+  p.q_token_stride = q.token_stride;
   p.q_head_stride = q.head_stride;
   p.k = x.k.data;
-  p.k_batch_stride = k.row_stride;
+  p.k_batch_stride = k.batch_stride;
+  p.k_token_stride = k.token_stride;
   p.k_head_stride = k.head_stride;
   p.v = x.v.data;
-  p.v_batch_stride = v.row_stride;
+  p.v_batch_stride = v.batch_stride;
+  p.v_token_stride = v.token_stride;
   p.v_head_stride = v.head_stride;
 }
 
@@ -362,36 +525,72 @@ void set_raw_gate(const Arrays& x, gdn::DecodeParams& p) {
   p.dt_bias = static_cast<const float*>(x.dt_bias.data);
 }
 
-void set_out(const Arrays& x, int64_t B, gdn::DecodeParams& p) {
-  const int64_t Hv = p.num_v_heads, Dv = p.head_dim_v;
+void set_out(const Arrays& x, const Tokens& g, gdn::DecodeParams& p) {
+  const int64_t B = g.B, Hv = p.num_v_heads, Dv = p.head_dim_v;
+  p.o_dtype = need_dtype(x.o);
+  p.o = x.o.data;
+  if (g.token_major()) {
+    const TokenRHD o = token_hv_dv(x.o, g, p);
+    p.o_batch_stride = o.batch_stride;
+    p.o_token_stride = o.token_stride;
+    p.o_head_stride = o.head_stride;
+    return;
+  }
   const RHD o = as_rhd(x.o, Dv);
   if (o.rows != B || o.heads != Hv || o.dim != Dv)
     refuse(format("out: shape %s, expected [B=%lld, Hv=%lld, Dv=%lld]", x.o.shape_str().c_str(),
                   (long long)B, (long long)Hv, (long long)Dv));
-  p.o_dtype = need_dtype(x.o);
-  p.o = x.o.data;
   p.o_batch_stride = o.row_stride;
   p.o_head_stride = o.head_stride;
 }
 
-// The slot indices and the counter of out-of-range ones.
-void set_indices(const Arrays& x, int64_t B, gdn::DecodeParams& p) {
-  if (x.idx.present) {
-    const ArrayView& i = x.idx;
-    if (!(i.code == kCodeInt && (i.bits == 32 || i.bits == 64)))
-      refuse(format("state_indices: dtype must be int32 or int64, got %s",
-                    dtype_name(i.code, i.bits)));
-    need_vector(i, B, "one per row");
-    p.index_dtype = i.bits == 32 ? gdn::IndexType::kI32 : gdn::IndexType::kI64;
-    p.state_indices = i.data;
-    if (x.out_idx.present) {
-      const ArrayView& j = x.out_idx;
-      if (!(j.code == i.code && j.bits == i.bits))
-        refuse(format("state_out_indices: dtype %s differs from state_indices' %s",
-                      dtype_name(j.code, j.bits), dtype_name(i.code, i.bits)));
-      need_vector(j, B, "one per row");
-      p.state_out_indices = j.data;
+// The slot indices, the multi-token index arrays and the counter of out-of-range indices.
+void set_indices(const Arrays& x, const Tokens& g, gdn::DecodeParams& p) {
+  const int64_t B = g.B;
+  // The library reads every index array in one dtype: the first one given fixes it.
+  const ArrayView* first = nullptr;
+  for (const ArrayView* i : {&x.idx, &x.out_idx, &x.cu, &x.tsi, &x.nacc}) {
+    if (!i->present) continue;
+    if (first == nullptr) {
+      if (!(i->code == kCodeInt && (i->bits == 32 || i->bits == 64)))
+        refuse(format("%s: dtype must be int32 or int64, got %s", i->name,
+                      dtype_name(i->code, i->bits)));
+      first = i;
+    } else if (i->code != first->code || i->bits != first->bits) {
+      refuse(format("%s: dtype %s differs from %s' %s (the index arrays share one dtype)",
+                    i->name, dtype_name(i->code, i->bits), first->name,
+                    dtype_name(first->code, first->bits)));
     }
+  }
+  if (first != nullptr)
+    p.index_dtype = first->bits == 32 ? gdn::IndexType::kI32 : gdn::IndexType::kI64;
+  if (x.idx.present) {
+    need_vector(x.idx, B, "one per row");
+    p.state_indices = x.idx.data;
+  }
+  if (x.out_idx.present) {
+    need_vector(x.out_idx, B, "one per row");
+    p.state_out_indices = x.out_idx.data;
+  }
+  if (x.cu.present) {
+    need_vector(x.cu, B + 1, "B + 1: row b owns the tokens [cu_seqlens[b], cu_seqlens[b+1])");
+    p.cu_seqlens = x.cu.data;
+    p.total_tokens = g.total;
+  }
+  if (x.tsi.present) {
+    // (B, T), or wider (vLLM's tables): the columns past T are never read.
+    const ArrayView& t = x.tsi;
+    if (t.ndim != 2 || t.shape[0] != B || t.shape[1] < g.T)
+      refuse(format("token_state_indices: expected shape (B=%lld, T=%lld) (or more columns), "
+                    "got %s",
+                    (long long)B, (long long)g.T, t.shape_str().c_str()));
+    need_contiguous_last(t);
+    p.token_state_indices = t.data;
+    p.token_state_indices_stride = B > 1 ? t.strides[0] : t.shape[1];
+  }
+  if (x.nacc.present) {
+    need_vector(x.nacc, B, "one per row");
+    p.num_accepted_tokens = x.nacc.data;
   }
   if (x.counter.present) {
     const ArrayView& c = x.counter;
@@ -403,9 +602,42 @@ void set_indices(const Arrays& x, int64_t B, gdn::DecodeParams& p) {
   }
 }
 
+// intermediate_states: every token's state, (B, T or more, <a slot of the pool>) or
+// (B, T or more, Hv*Dk*Dv), in the pool's dtype and layout; each token's block dense.
+void set_intermediate(const Arrays& x, const Tokens& g, gdn::DecodeParams& p) {
+  const ArrayView& s = x.inter;
+  const ArrayView& pool = x.state;
+  const int64_t slot = int64_t(p.num_v_heads) * p.head_dim_k * p.head_dim_v;
+  const bool blocks = s.ndim == 5 && s.shape[2] == pool.shape[1] && s.shape[3] == pool.shape[2] &&
+                      s.shape[4] == pool.shape[3];
+  const bool flat = s.ndim == 3 && s.shape[2] == slot;
+  if (!(blocks || flat) || s.shape[0] != g.B || s.shape[1] < g.T)
+    refuse(format("intermediate_states: expected shape (B=%lld, T=%lld or more, %lld, %lld, %lld) "
+                  "(a slot of state for every token) or (B, T, %lld), got %s",
+                  (long long)g.B, (long long)g.T, (long long)pool.shape[1],
+                  (long long)pool.shape[2], (long long)pool.shape[3], (long long)slot,
+                  s.shape_str().c_str()));
+  const bool dense = blocks ? (s.shape[4] <= 1 || s.strides[4] == 1) &&
+                                  (s.shape[3] <= 1 || s.strides[3] == s.shape[4]) &&
+                                  (s.shape[2] <= 1 || s.strides[2] == s.shape[3] * s.shape[4])
+                            : (slot <= 1 || s.strides[2] == 1);
+  if (!dense)
+    refuse(format("intermediate_states: every token's block must be dense and row-major (the "
+                  "batch and token strides are free), got strides %s for shape %s",
+                  s.strides_str().c_str(), s.shape_str().c_str()));
+  if (need_dtype(s) != p.state_dtype)
+    refuse(format("intermediate_states: dtype %s differs from state's %s (the buffer holds states)",
+                  dtype_name(s.code, s.bits), dtype_name(pool.code, pool.bits)));
+  p.intermediate_states = s.data;
+  p.intermediate_token_stride = s.shape[1] > 1 ? s.strides[1] : slot;
+  p.intermediate_batch_stride =
+      s.shape[0] > 1 ? s.strides[0] : s.shape[1] * p.intermediate_token_stride;
+}
+
 // Check the arrays against each other, fill DecodeParams, run.
 void run_decode(Arrays& x, const Options& opt) {
-  for (ArrayView* p : {&x.q, &x.k, &x.v, &x.qkv, &x.a, &x.b, &x.o, &x.idx, &x.out_idx, &x.x, &x.z})
+  for (ArrayView* p : {&x.q, &x.k, &x.v, &x.qkv, &x.a, &x.b, &x.o, &x.idx, &x.out_idx, &x.x, &x.z,
+                       &x.cu, &x.tsi, &x.nacc, &x.inter, &x.inter_conv})
     if (p->present) p->canonicalize_if_empty();
   const bool conv = x.x.present;
   const bool raw_gate = opt.gate == int(gdn::Gate::kRaw);
@@ -414,16 +646,20 @@ void run_decode(Arrays& x, const Options& opt) {
 
   gdn::DecodeParams p;
   set_pool(x, opt, p);
-  const int64_t B = set_gates(x, p);
+  Tokens g = resolve_tokens(x, opt);
+  g.B = set_gates(x, g, p);
+  p.num_tokens = int32_t(g.T);
+  p.update_state = opt.update_state;
   if (conv || x.qkv.present)
-    set_packed(x, opt, B, conv, p);
+    set_packed(x, opt, g, conv, p);
   else
-    set_qkv(x, opt, B, p);
-  if (conv) set_conv(x, p);
-  if (x.norm_weight.present) set_norm(x, opt, B, p);
+    set_qkv(x, opt, g, p);
+  if (conv) set_conv(x, g, p);
+  if (x.norm_weight.present) set_norm(x, opt, g, p);
   if (raw_gate) set_raw_gate(x, p);
-  set_out(x, B, p);
-  set_indices(x, B, p);
+  set_out(x, g, p);
+  set_indices(x, g, p);
+  if (x.inter.present) set_intermediate(x, g, p);
 
   gdn::Status st;
   {
@@ -495,8 +731,8 @@ void import_out(nb::handle h, ArrayView* v, OutArray* keep) {
 
 // Arrays arriving through DLPack (or the buffer protocol), held for the call.
 struct DlpackImport {
-  InArray in[15];
-  OutArray out[4];
+  InArray in[18];
+  OutArray out[6];
   int n_in{0}, n_out{0};
   void read(nb::handle h, ArrayView* v) { import_in(h, v, &in[n_in++]); }
   void written(nb::handle h, ArrayView* v) { import_out(h, v, &out[n_out++]); }
@@ -551,7 +787,10 @@ void decode_entry(nb::handle q, nb::handle k, nb::handle v, nb::handle qkv, nb::
                   double l2norm_eps, double scale, int head_map, int64_t num_k_heads,
                   uint64_t stream, nb::handle x_in, nb::handle conv_state,
                   nb::handle conv_weight, nb::handle conv_bias, nb::handle z,
-                  nb::handle norm_weight, double norm_eps, bool programmatic_launch) {
+                  nb::handle norm_weight, double norm_eps, bool programmatic_launch,
+                  int64_t num_tokens, nb::handle cu_seqlens, nb::handle token_state_indices,
+                  nb::handle num_accepted_tokens, nb::handle intermediate_states,
+                  nb::handle intermediate_conv_states, bool update_state) {
   Arrays x;
   Import im;
   im.read(q, &x.q);
@@ -573,8 +812,13 @@ void decode_entry(nb::handle q, nb::handle k, nb::handle v, nb::handle qkv, nb::
   im.read(conv_bias, &x.conv_bias);
   im.read(z, &x.z);
   im.read(norm_weight, &x.norm_weight);
+  im.read(cu_seqlens, &x.cu);
+  im.read(token_state_indices, &x.tsi);
+  im.read(num_accepted_tokens, &x.nacc);
+  im.written(intermediate_states, &x.inter);
+  im.written(intermediate_conv_states, &x.inter_conv);
   run_decode(x, Options{layout, gate, l2norm, l2norm_eps, scale, head_map, num_k_heads, stream,
-                        norm_eps, programmatic_launch});
+                        norm_eps, programmatic_launch, num_tokens, update_state});
 }
 
 gdn::Backend backend_from_name(const std::string& name) {
@@ -601,12 +845,17 @@ NB_MODULE(_gdnkit, m) {
       nb::arg("conv_state").none() = nb::none(), nb::arg("conv_weight").none() = nb::none(),   \
       nb::arg("conv_bias").none() = nb::none(), nb::arg("z").none() = nb::none(),              \
       nb::arg("norm_weight").none() = nb::none(), nb::arg("norm_eps") = 1e-6,                  \
-      nb::arg("programmatic_launch") = false
+      nb::arg("programmatic_launch") = false, nb::arg("num_tokens") = 0,                        \
+      nb::arg("cu_seqlens").none() = nb::none(),                                               \
+      nb::arg("token_state_indices").none() = nb::none(),                                      \
+      nb::arg("num_accepted_tokens").none() = nb::none(),                                      \
+      nb::arg("intermediate_states").none() = nb::none(),                                      \
+      nb::arg("intermediate_conv_states").none() = nb::none(), nb::arg("update_state") = true
 
   m.def("decode", &decode_entry<DlpackImport>, GDNKIT_DECODE_ARGS,
-        "One decode step on DLPack arrays (see gdnkit.decode for the friendly front end).");
+        "One decode call on DLPack arrays (see gdnkit.decode for the friendly front end).");
   m.def("decode_raw", &decode_entry<RawImport>, GDNKIT_DECODE_ARGS,
-        "One decode step on raw array descriptions (the PyTorch ops' fast path).");
+        "One decode call on raw array descriptions (the PyTorch ops' fast path).");
 #undef GDNKIT_DECODE_ARGS
 
   m.def("version", [] { return std::string(gdn::version()); });

@@ -335,3 +335,168 @@ def check_middle(c, out, pool, conv_state, counter):
             if s_in < 0 or s_in >= S:
                 assert not np.any(o[r]), f"padding row {r} is not zero"
     assert int(counter[0]) == invalid
+
+
+# ---- several tokens a row (docs/operation.md, "Multi-token decode") --------------------------
+
+def make_multi_case(seed, *, B=3, T=3, lengths=None, mode="final", index="i32", form="separate",
+                    conv=False, norm=False, **kw):
+    """B rows of T tokens (lengths: rows of that many tokens packed by cu_seqlens, T at
+    least the longest). The per-token inputs are drawn as a one-token case of one row per
+    token would draw them, then shaped (B, T, ...) or left packed (total_tokens, ...).
+    Where the states go (`mode`):
+      final         state_indices (row 1 padding) and state_out_indices into spare slots
+                    (row 2 writes nothing)
+      token_slots   token_state_indices (B, T) of distinct slots (row 1 padding, row 0's
+                    first token stored nowhere) with num_accepted_tokens
+      intermediate  state_indices (row 1 padding), a random intermediate_states buffer
+                    (and intermediate_conv_states with the conv prologue), update_state
+                    False
+    form: q, k, v "separate", one "packed" qkv row, or "flat" ([B*T, H*D] rows)."""
+    rows = B * T if lengths is None else sum(lengths)
+    c = make_middle_case(seed, B=rows, conv=conv, norm=norm, pool_extra=2 * B * T + 3, **kw)
+    rng = np.random.default_rng(seed + 104729)
+    S = c["pool"].shape[0]
+    itype = np.int32 if index == "i32" else np.int64
+    c.update(rows=rows, B=B, T=T, lengths=lengths, mode=mode, form=form, itype=itype)
+    c["cu"] = None if lengths is None else np.concatenate([[0], np.cumsum(lengths)]).astype(itype)
+    perm = rng.permutation(S)
+    c["read"] = c["write"] = c["tsi"] = c["acc"] = c["inter"] = c["inter_conv"] = None
+    if mode == "token_slots":
+        tsi = perm[:B * T].reshape(B, T).copy()
+        tsi[1] = -1
+        acc = rng.integers(1, T + 1, B)
+        acc[0] = T
+        tsi[0, 0] = -1
+        c["tsi"], c["acc"] = tsi.astype(itype), acc.astype(itype)
+    else:
+        read = perm[:B].copy()
+        read[1] = -1
+        c["read"] = read.astype(itype)
+    if mode == "final":
+        write = perm[B:2 * B].copy()
+        if B > 2:
+            write[2] = -1
+        c["write"] = write.astype(itype)
+    if mode == "intermediate":
+        c["inter"] = store(rng.standard_normal((B, T) + c["pool"].shape[1:]), c["state"])
+        if conv:
+            c["inter_conv"] = store(rng.standard_normal((B, T) + c["conv_state"].shape[1:]),
+                                    c["qkv"])
+    return c
+
+
+def multi_inputs(c):
+    """The per-token inputs of a multi-token case in the shapes of its form."""
+    B, T, rows = c["B"], c["T"], c["rows"]
+    lead = (rows,) if c["cu"] is not None else (B, T)
+    shaped = lambda x: x.reshape(*lead, *x.shape[1:])  # noqa: E731
+    kw = dict(a=shaped(c["a"]), b=shaped(c["b"]))
+    if c["conv"]:
+        kw["x"] = shaped(c["x"])
+    elif c["form"] == "packed":
+        kw["qkv"] = shaped(np.concatenate([c[n].reshape(rows, -1) for n in ("q", "k", "v")], 1))
+    elif c["form"] == "flat":
+        kw.update({n: c[n].reshape(rows, -1) for n in ("q", "k", "v")})
+    else:
+        kw.update({n: shaped(c[n]) for n in ("q", "k", "v")})
+    if c["norm"]:
+        kw["z"] = shaped(c["z"])
+    return kw
+
+
+def _options(c, counter):
+    kw = case_kwargs(c, counter)
+    del kw["state_indices"], kw["state_out_indices"]
+    if c["norm"]:
+        kw.update(norm_weight=c["norm_weight"], norm_eps=c["norm_eps"])
+    if c["conv"]:
+        kw.update(conv_weight=c["conv_weight"], conv_bias=c["conv_bias"])
+    return kw
+
+
+def run_multi(c, **overrides):
+    """One gdnkit.decode call of the case on copies of its pools and buffers. Returns
+    (out, pool, conv pool, intermediate states, intermediate conv states, counter)."""
+    pool = c["pool"].copy()
+    conv_state = c["conv_state"].copy() if c["conv"] else None
+    inter = None if c["inter"] is None else c["inter"].copy()
+    inter_conv = None if c["inter_conv"] is None else c["inter_conv"].copy()
+    counter = np.zeros(1, np.uint32)
+    kw = _options(c, counter)
+    kw.update(multi_inputs(c), num_tokens=c["T"], cu_seqlens=c["cu"], state_indices=c["read"],
+              state_out_indices=c["write"], token_state_indices=c["tsi"],
+              num_accepted_tokens=c["acc"], intermediate_states=inter,
+              intermediate_conv_states=inter_conv, update_state=c["mode"] != "intermediate")
+    if c["conv"]:
+        kw["conv_state"] = conv_state
+    kw.update(overrides)
+    out = gdnkit.decode(state=pool, **kw)
+    return out, pool, conv_state, inter, inter_conv, counter
+
+
+def run_chained(c):
+    """The case as one-token gdnkit.decode calls chained through scratch pools: row n on
+    scratch slot n, starting from its read slot, token t of every row that has one in the
+    t-th call; the per-token states then stored where the case's mode says. Returns what
+    run_multi returns (the counter None)."""
+    B, T, S = c["B"], c["T"], c["pool"].shape[0]
+    lengths = [T] * B if c["cu"] is None else list(c["lengths"])
+    starts = [n * T for n in range(B)] if c["cu"] is None else [int(x) for x in c["cu"][:-1]]
+    if c["tsi"] is not None:
+        read = [int(c["tsi"][n, c["acc"][n] - 1]) if 1 <= c["acc"][n] <= T else -1
+                for n in range(B)]
+    else:
+        read = [int(s) for s in c["read"]]
+    valid = [0 <= s < S for s in read]
+    scratch = c["pool"][[s if ok else 0 for s, ok in zip(read, valid)]].copy()
+    conv_scratch = None
+    if c["conv"]:
+        conv_scratch = c["conv_state"][[s if ok else 0 for s, ok in zip(read, valid)]].copy()
+    kw = _options(c, None)
+    outs, states, windows = {}, {}, {}
+    for t in range(T):
+        active = [valid[n] and t < lengths[n] for n in range(B)]
+        if not any(active):
+            continue
+        src = [starts[n] + min(t, max(lengths[n] - 1, 0)) for n in range(B)]
+        src = [min(s, c["rows"] - 1) for s in src]
+        one = dict(a=c["a"][src], b=c["b"][src], state=scratch,
+                   state_indices=np.array([n if active[n] else -1 for n in range(B)], c["itype"]))
+        if c["conv"]:
+            one.update(x=c["x"][src], conv_state=conv_scratch)
+        else:
+            one.update(q=c["q"][src], k=c["k"][src], v=c["v"][src])
+        if c["norm"]:
+            one["z"] = c["z"][src]
+        out = gdnkit.decode(**kw, **one)
+        for n in range(B):
+            if active[n]:
+                outs[starts[n] + t] = out[n]
+                states[n, t] = scratch[n].copy()
+                if c["conv"]:
+                    windows[n, t] = conv_scratch[n].copy()
+    dtype = next(iter(outs.values())).dtype  # the one-token calls' output dtype
+    out = np.zeros((c["rows"], c["Hv"], c["Dv"]), dtype)
+    for r, o in outs.items():
+        out[r] = o
+    if c["cu"] is None:
+        out = out.reshape(B, T, c["Hv"], c["Dv"])
+    pool = c["pool"].copy()
+    conv_state = c["conv_state"].copy() if c["conv"] else None
+    inter = None if c["inter"] is None else c["inter"].copy()
+    inter_conv = None if c["inter_conv"] is None else c["inter_conv"].copy()
+    for (n, t), s in states.items():
+        if c["mode"] == "final" and t == lengths[n] - 1 and 0 <= c["write"][n] < S:
+            pool[c["write"][n]] = s
+            if c["conv"]:
+                conv_state[c["write"][n]] = windows[n, t]
+        if c["mode"] == "token_slots" and 0 <= c["tsi"][n, t] < S:
+            pool[c["tsi"][n, t]] = s
+            if c["conv"]:
+                conv_state[c["tsi"][n, t]] = windows[n, t]
+        if c["mode"] == "intermediate":
+            inter[n, t] = s
+            if inter_conv is not None:
+                inter_conv[n, t] = windows[n, t]
+    return out, pool, conv_state, inter, inter_conv, None

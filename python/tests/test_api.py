@@ -28,6 +28,11 @@ PUBLISHED = {
     "conv_weight": (None, False), "conv_bias": (None, False), "z": (None, False),
     "norm_weight": (None, False), "norm_eps": (1e-6, False),
     "programmatic_launch": (False, False), "stream": (None, False),
+    # several tokens a row
+    "num_tokens": (None, False), "cu_seqlens": (None, False),
+    "token_state_indices": (None, False), "num_accepted_tokens": (None, False),
+    "intermediate_states": (None, False), "intermediate_conv_states": (None, False),
+    "update_state": (True, False),
 }
 
 

@@ -273,14 +273,34 @@ def test_golden_files_present():
     assert len(GOLDEN_FILES) >= 30, f"golden set missing from {GOLDEN_DIR}"
 
 
+def padding_rows(t, meta, num_slots):
+    """The rows of a case that are padding: a read slot negative or out of range, or (with
+    per-token slots) num_accepted_tokens outside [1, T]."""
+    get = lambda name: t[name][0] if name in t else None  # noqa: E731
+    idx, tsi, acc = get("state_indices"), get("token_state_indices"), get("num_accepted_tokens")
+    T = int(meta.get("num_tokens", "1"))
+    rows = []
+    n_rows = len(idx) if idx is not None else len(tsi) if tsi is not None else 0
+    for r in range(n_rows):
+        if idx is not None:
+            slot = int(idx[r])
+        else:
+            n = int(acc[r]) if acc is not None else 1
+            slot = int(tsi[r, n - 1]) if 1 <= n <= T else -1
+        if slot < 0 or slot >= num_slots:
+            rows.append(r)
+    return rows
+
+
 @pytest.mark.parametrize("path", GOLDEN_FILES, ids=[p.stem for p in GOLDEN_FILES])
 def test_golden(path):
     t, meta = read_safetensors(path)
     assert meta.get("op", "gdn_decode").lower() == "gdn_decode"
-    if meta.get("format_version") == "3":
-        # several tokens a row: the C++ API and the golden suites run these; gdnkit.decode
-        # takes one token per sequence
-        pytest.skip("format version 3 (multi-token): not exposed by gdnkit.decode")
+    # format 3: several tokens a row, q [B, T, ...] or, with cu_seqlens, [total_tokens, ...]
+    v3 = meta.get("format_version") == "3"
+    T = int(meta.get("num_tokens", "1"))
+    cu = t["cu_seqlens"][0] if "cu_seqlens" in t else None
+    lead = 2 if v3 and cu is None else 1  # the leading dims that index tokens
     layout = meta["layout"].lower()
     state, state_dtype = t["state"]
     num_slots = int(meta.get("num_slots", state.shape[0]))
@@ -301,6 +321,10 @@ def test_golden(path):
         head_map=meta.get("head_map", "interleaved"),
         out_dtype={"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[out_kind],
     )
+    if v3:
+        kw.update(num_tokens=T, cu_seqlens=cu, token_state_indices=get("token_state_indices"),
+                  num_accepted_tokens=get("num_accepted_tokens"),
+                  update_state=meta.get("update_state", "true").lower() == "true")
     if kw["gate"].lower() in ("precomputed", "pre"):
         kw["A_log"] = kw["dt_bias"] = None
     Dk = state.shape[2] if layout == "kv" else state.shape[3]
@@ -312,35 +336,58 @@ def test_golden(path):
         conv_state = np.ascontiguousarray(t["conv_state"][0][:num_slots])
         weight = get("conv_weight")
         bias = get("conv_bias")
-        kw.update(x=x.reshape(x.shape[0], -1), conv_state=conv_state,
+        kw.update(x=x.reshape(*x.shape[:lead], -1), conv_state=conv_state,
                   conv_weight=weight.reshape(weight.shape[0], W),
                   conv_bias=None if bias is None else bias.reshape(-1))
         # the file names the pool's layout; the API reads it from the shape
         tap_major = meta.get("conv_state_layout", "channel_major") == "tap_major"
-        assert conv_state.shape[2 if tap_major else 1] == x.size // x.shape[0]
+        assert conv_state.shape[2 if tap_major else 1] == x.shape[-1]
     if "norm_weight" in t:
         z = get("z")
-        kw.update(z=z.reshape(z.shape[0], -1), norm_weight=get("norm_weight").reshape(-1),
+        kw.update(z=z.reshape(*z.shape[:lead], -1), norm_weight=get("norm_weight").reshape(-1),
                   norm_eps=float(meta.get("norm_eps", "1e-6")))
+    # format 3: buffers for every token's state (and conv window), NaN where nothing is
+    # expected to be written (bf16: its bits)
+    nan = lambda shape, dtype: np.full(shape, 0x7FC0 if dtype == np.uint16 else np.nan, dtype)  # noqa: E731
+    inter = inter_conv = None
+    if "expected_intermediate_states" in t:
+        inter = nan(t["expected_intermediate_states"][0].shape, state.dtype)
+        kw["intermediate_states"] = inter
+    if "expected_intermediate_conv_states" in t:
+        inter_conv = nan(t["expected_intermediate_conv_states"][0].shape, conv_state.dtype)
+        kw["intermediate_conv_states"] = inter_conv
     if conv:
         out = gdnkit.decode(a=get("a"), b=get("b"), state=state, **kw)
     elif packed:
         out = gdnkit.decode(a=get("a"), b=get("b"), state=state, qkv=get("mixed_qkv"), **kw)
     else:
-        out = gdnkit.decode(get("q"), get("k"), get("v"), get("a"), get("b"), state,
-                            num_k_heads=(get("q").size // get("q").shape[0]) // Dk, **kw)
+        q = get("q")
+        out = gdnkit.decode(q, get("k"), get("v"), get("a"), get("b"), state,
+                            num_k_heads=(q.size // int(np.prod(q.shape[:lead]))) // Dk, **kw)
     o_ref = t["expected_o"][0].astype(np.float64).reshape(out.shape)
     s_ref = t["expected_state"][0].astype(np.float64)[:num_slots]
     o = value(out, out_kind)
     s = value(state, KIND[state_dtype])
-    assert rel_err(o, o_ref) <= TOL_OUT[out_kind], f"output error {rel_err(o, o_ref):.3g}"
+    # with several tokens, the output of every token after the first comes from a state
+    # stored in the state's dtype (docs/golden-format.md, Tolerances)
+    tol_out = TOL_OUT[out_kind]
+    if T > 1:
+        tol_out = max(tol_out, TOL_STATE[KIND[state_dtype]])
+    assert rel_err(o, o_ref) <= tol_out, f"output error {rel_err(o, o_ref):.3g}"
     assert rel_err(s, s_ref) <= TOL_STATE[KIND[state_dtype]], f"state error {rel_err(s, s_ref):.3g}"
-    # Padding rows exactly zero; state values the step must not touch bit-exact.
-    idx = get("state_indices")
-    if idx is not None:
-        for r, s_in in enumerate(idx):
-            if s_in < 0 or s_in >= num_slots:
-                assert not np.any(o[r])
+    # Padding rows exactly zero (every token of theirs); state values the step must not
+    # touch bit-exact.
+    for r in padding_rows(t, meta, num_slots):
+        assert not np.any(o[cu[r]:cu[r + 1]] if cu is not None else o[r]), f"padding row {r}"
+    if inter is not None:  # the entries the case expects (NaN: tokens a row lacks, padding)
+        ref = t["expected_intermediate_states"][0].astype(np.float64)
+        seen = ~np.isnan(ref)
+        got = value(inter, KIND[state_dtype])
+        assert rel_err(got[seen], ref[seen]) <= TOL_STATE[KIND[state_dtype]]
+    if inter_conv is not None:  # only moves values: bitwise
+        ref = t["expected_intermediate_conv_states"][0].astype(np.float64)
+        seen = ~np.isnan(ref)
+        assert np.array_equal(value(inter_conv, KIND[qkv_dtype])[seen], ref[seen])
     untouched = value(t["state"][0][:num_slots], KIND[state_dtype]) == s_ref
     assert np.array_equal(s[untouched], s_ref[untouched])
     if conv:  # the conv pool only moves values: bitwise

@@ -553,3 +553,455 @@ def test_cuda_graph_drop_in_wrappers():
             assert_same(x, y)
         assert_same(graph_et, eager_et)
         assert_same(graph_pool, eager_pool)
+
+
+# ---- several tokens a sequence: one gdnkit call ----------------------------------------------
+#
+# Each drop-in's multi-token path is one gdnkit call; these check it bitwise against the
+# same tokens run as the drop-in's own one-token calls, chained through the state (gdnkit
+# rounds the state to its dtype after every token, as a store and a reload would), and
+# against a float64 token loop.
+
+def token_loop(q, k, v, a, b, A_log, dt_bias, pool_kv, rows, state_dtype, *, gate="raw", l2=True):
+    """float64 reference of several tokens a row: rows[n] = (read slot or None for a zero
+    state, [token positions]); q [tokens, H, K] etc., pool_kv [S, HV, K, V]. Returns (o
+    [tokens, HV, V] (zero where no row's token), {(n, t): state [HV, K, V] as stored})."""
+    HV, V = v.shape[-2:]
+    o_ref = torch.zeros(q.shape[0], HV, V, dtype=torch.float64)
+    states = {}
+    for n, (slot, tokens) in enumerate(rows):
+        if slot is not None and slot < 0:
+            continue
+        S = (pool_kv[slot].double() if slot is not None
+             else torch.zeros(HV, k.shape[-1], V, dtype=torch.float64))[None]
+        for j, tok in enumerate(tokens):
+            o, S = reference(q[tok:tok + 1], k[tok:tok + 1], v[tok:tok + 1], a[tok:tok + 1],
+                             b[tok:tok + 1], A_log, dt_bias, S, gate=gate,
+                             l2="rsqrt" if l2 else "none")
+            o_ref[tok] = o[0]
+            S = S.to(state_dtype).double()
+            states[n, j] = S[0]
+    return o_ref, states
+
+
+def spec_inputs(device, *, N, T, lengths=None, H=2, HV=4, K=64, V=64, slots, seed,
+                dtype=torch.bfloat16, state_dtype=torch.float32):
+    """vLLM/SGLang spec-decode inputs: q, k, v [N, T, ...] (or [1, total, ...] with lengths),
+    a, b [tokens, HV], a [slots, HV, V, K] pool."""
+    total = N * T if lengths is None else sum(lengths)
+    t = vllm_inputs("cpu", N=total, H=H, HV=HV, K=K, V=V, slots=slots, seed=seed, dtype=dtype,
+                    state_dtype=state_dtype)
+    lead = (N, T) if lengths is None else (1, total)
+    for n in ("q", "k", "v"):
+        t[n] = t[n].reshape(*lead, *t[n].shape[2:])
+    t["cu"] = None if lengths is None else \
+        torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), dtype=torch.int32)
+    t["lengths"] = [T] * N if lengths is None else list(lengths)
+    t["starts"] = [n * T for n in range(N)] if lengths is None else t["cu"][:-1].tolist()
+    return {n: x.to(device) if torch.is_tensor(x) else x for n, x in t.items()}
+
+
+def flat_tokens(t):
+    """q, k, v as [tokens, H, D] (CPU)."""
+    return [t[n].reshape(-1, *t[n].shape[-2:]).cpu() for n in ("q", "k", "v")]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("varlen", [False, True])
+@pytest.mark.parametrize("wrapper", ["sigmoid_gating", "recurrent"])
+def test_vllm_spec_decode_out_of_place(device, varlen, wrapper):
+    """inplace_final_state=False with several tokens: the pool untouched, final_state
+    [tokens, HV, V, K] holding the state after every token at its position, bitwise the
+    states the in-place call stores in the per-token slots; outputs bitwise the in-place
+    call's."""
+    N, T = 3, 3
+    lengths = [2, 3, 1] if varlen else None
+    slots = 2 * N * T
+    t = spec_inputs(device, N=N, T=T, lengths=lengths, slots=slots, seed=21)
+    gen = torch.Generator().manual_seed(22)
+    table = torch.randperm(slots, generator=gen)[:N * T].reshape(N, T).to(torch.int32).to(device)
+    table[1, 0] = -1  # row 1's first token stored nowhere (it reads column acc - 1 = 1)
+    acc = torch.tensor([1, 2, 1], dtype=torch.int32, device=device)
+    if wrapper == "sigmoid_gating":
+        gates = dict(A_log=t["A_log"], a=t["a"], b=t["b"], dt_bias=t["dt_bias"])
+        call = vllm.fused_sigmoid_gating_delta_rule_update
+    else:
+        g = -torch.exp(t["A_log"]) * F.softplus(t["a"].float() + t["dt_bias"])
+        gates = dict(g=g, beta=torch.sigmoid(t["b"].float()))
+        call = vllm.fused_recurrent_gated_delta_rule
+    kw = dict(q=t["q"], k=t["k"], v=t["v"], cu_seqlens=t["cu"], ssm_state_indices=table,
+              num_accepted_tokens=acc, use_qk_l2norm_in_kernel=True, **gates)
+    pool_in = t["state"].clone()
+    o_in, ret = call(initial_state=pool_in, inplace_final_state=True, **kw)
+    assert ret is pool_in
+    pool = t["state"].clone()
+    o_out, final = call(initial_state=pool, inplace_final_state=False, **kw)
+    assert torch.equal(pool, t["state"]), "out of place wrote the pool"
+    total = sum(t["lengths"])
+    assert final.shape == (total, 4, 64, 64) and final.dtype == pool.dtype
+    assert torch.equal(o_out, o_in)
+    for n in range(N):
+        for j in range(t["lengths"][n]):
+            if table[n, j] >= 0:
+                assert torch.equal(final[t["starts"][n] + j], pool_in[int(table[n, j])]), (n, j)
+    # against float64 (the in-place call's states: the same bits)
+    q, k, v = flat_tokens(t)
+    rows = [(int(table[n, int(acc[n]) - 1]),
+             list(range(t["starts"][n], t["starts"][n] + t["lengths"][n]))) for n in range(N)]
+    o_ref, states = token_loop(q, k, v, t["a"].cpu(), t["b"].cpu(), t["A_log"].cpu(),
+                               t["dt_bias"].cpu(), t["state"].cpu().transpose(-1, -2), rows,
+                               torch.float32)
+    tol = TOL_OUT[torch.bfloat16] if wrapper == "sigmoid_gating" else 2e-2
+    assert_close(o_out.reshape(-1, 4, 64), o_ref, tol, "output")
+    for (n, j), s in states.items():
+        assert_close(final[t["starts"][n] + j].transpose(-1, -2), s, 1e-4, f"state {n}, {j}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vllm_spec_decode_out_of_place_without_table(device):
+    """Out of place without ssm_state_indices: row n starts from slot n (or from zeros
+    without initial_state); bitwise one-token out-of-place calls chained by hand."""
+    N, T = 2, 3
+    t = spec_inputs(device, N=N, T=T, slots=N, seed=23)
+    for initial in (t["state"], None):
+        o, final = vllm.fused_sigmoid_gating_delta_rule_update(
+            t["A_log"], t["a"], t["b"], t["dt_bias"], t["q"], t["k"], t["v"],
+            initial_state=None if initial is None else initial.clone(), inplace_final_state=False,
+            use_qk_l2norm_in_kernel=True)
+        assert final.shape == (N * T, 4, 64, 64)
+        state = torch.zeros_like(t["state"]) if initial is None else initial.clone()
+        a, b = t["a"].reshape(N, T, -1), t["b"].reshape(N, T, -1)
+        for j in range(T):
+            o_j, state = vllm.fused_sigmoid_gating_delta_rule_update(
+                t["A_log"], a[:, j], b[:, j], t["dt_bias"], t["q"][:, j:j + 1],
+                t["k"][:, j:j + 1], t["v"][:, j:j + 1], initial_state=state,
+                inplace_final_state=False, use_qk_l2norm_in_kernel=True)
+            assert torch.equal(o[:, j], o_j[:, 0]), j
+            assert torch.equal(final.reshape(N, T, 4, 64, 64)[:, j], state), j
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vllm_spec_decode_null_block_and_kv_pool(device):
+    """null_block_id=0 marks padding in the per-token table (slot 0 never touched), with a
+    [slots, HV, K, V] pool: bitwise the same call with -1 entries."""
+    N, T = 3, 2
+    t = spec_inputs(device, N=N, T=T, slots=8, seed=24)
+    pool_kv = t["state"].transpose(-1, -2).contiguous()
+    table = torch.tensor([[3, 4], [0, 0], [5, 0]], dtype=torch.int32, device=device)
+    args = (t["A_log"], t["a"], t["b"], t["dt_bias"], t["q"], t["k"], t["v"])
+    p1, p2 = pool_kv.clone(), pool_kv.clone()
+    o1, _ = vllm.fused_sigmoid_gating_delta_rule_update(
+        *args, initial_state=p1, ssm_state_indices=table, use_qk_l2norm_in_kernel=True,
+        state_layout="kv", null_block_id=0)
+    o2, _ = vllm.fused_sigmoid_gating_delta_rule_update(
+        *args, initial_state=p2, ssm_state_indices=torch.where(table == 0, -1, table),
+        use_qk_l2norm_in_kernel=True, state_layout="kv")
+    assert torch.equal(o1, o2) and torch.equal(p1, p2)
+    assert not o1[1].any() and torch.equal(p1[0], pool_kv[0])
+    assert not torch.equal(p1[5], pool_kv[5])
+
+
+def test_vllm_several_tokens_refused_nothing_written():
+    t = spec_inputs("cpu", N=2, T=2, slots=6, seed=25)
+    pool = t["state"].clone()
+    args = (t["A_log"], t["a"], t["b"], t["dt_bias"], t["q"], t["k"], t["v"])
+    with pytest.raises(NotImplementedError, match="ssm_state_indices"):  # in place, no table
+        vllm.fused_sigmoid_gating_delta_rule_update(*args, initial_state=pool)
+    with pytest.raises(NotImplementedError, match="ssm_state_indices"):  # a 1-D table
+        vllm.fused_sigmoid_gating_delta_rule_update(
+            *args, initial_state=pool, ssm_state_indices=torch.tensor([0, 1], dtype=torch.int32))
+    with pytest.raises(ValueError, match="does not fit ssm_state_indices"):
+        vllm.fused_sigmoid_gating_delta_rule_update(
+            *args, initial_state=pool, ssm_state_indices=torch.zeros(2, 1, dtype=torch.int32))
+    with pytest.raises(ValueError, match="batch size is expected to be 1"):
+        vllm.fused_sigmoid_gating_delta_rule_update(
+            *args, initial_state=pool, cu_seqlens=torch.tensor([0, 2, 4]),
+            ssm_state_indices=torch.arange(4, dtype=torch.int32).reshape(2, 2))
+    # two rows writing one slot: the host backend's one-writer rule
+    with pytest.raises(ValueError, match="both write slot 1"):
+        vllm.fused_sigmoid_gating_delta_rule_update(
+            *args, initial_state=pool, ssm_state_indices=torch.tensor([[0, 1], [2, 1]],
+                                                                      dtype=torch.int32))
+    assert torch.equal(pool, t["state"])
+
+
+# ---- SGLang: target verify ---------------------------------------------------------------
+
+def sglang_chained(t, idx, *, disable, buffer, cache_idx, steps):
+    """Target verify as one-token SGLang calls chained through a scratch copy of the pool:
+    token t of every row that has one in the t-th call (the others padding), its state
+    read back from the scratch pool into the cache block. Returns (o, pool, buffer)."""
+    N = len(t["lengths"])
+    T = max(t["lengths"])
+    scratch = t["state"].clone()
+    pool = t["state"].clone()
+    cache = None if buffer is None else buffer.clone()
+    blocks = None if cache is None else cache.view(-1, *scratch.shape[1:])
+    o = torch.zeros_like(t["v"].reshape(-1, *t["v"].shape[-2:]))
+    q, k, v = (t[n].reshape(-1, *t[n].shape[-2:]) for n in ("q", "k", "v"))
+    for j in range(T):
+        active = [j < t["lengths"][n] and idx[n] >= 0 for n in range(N)]
+        if not any(active):
+            continue
+        rows = torch.tensor([t["starts"][n] + min(j, t["lengths"][n] - 1) for n in range(N)],
+                            device=q.device)
+        one = torch.tensor([int(idx[n]) if active[n] else -1 for n in range(N)],
+                           dtype=torch.int32, device=q.device)
+        o_j = sglang.fused_sigmoid_gating_delta_rule_update(
+            t["A_log"], t["a"].index_select(0, rows), t["dt_bias"], 1.0, 20.0,
+            q.index_select(0, rows)[:, None], k.index_select(0, rows)[:, None],
+            v.index_select(0, rows)[:, None], t["b"].index_select(0, rows), scratch, one,
+            use_qk_l2norm_in_kernel=True)
+        for n in range(N):
+            if active[n]:
+                o[t["starts"][n] + j] = o_j[n, 0]
+                if blocks is not None and cache_idx[n] >= 0:
+                    blocks[int(cache_idx[n]) * steps + j] = scratch[int(idx[n])].to(blocks.dtype)
+    if not disable:
+        pool = scratch
+    return o.reshape(t["v"].shape), pool, cache
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("varlen", [False, True])
+@pytest.mark.parametrize("cache", ["indices", "direct", None])
+@pytest.mark.parametrize("disable_state_update", [True, False])
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_sglang_target_verify(device, varlen, cache, disable_state_update, state_dtype):
+    """Target verify (several tokens a sequence) with SGLang's intermediate state cache,
+    addressed by intermediate_state_indices (scattered from scratch) or row by row
+    (written in place): bitwise the chained one-token calls, against float64 too."""
+    N, T, steps = 4, 3, 4
+    lengths = [3, 1, 2, 3] if varlen else None
+    t = spec_inputs(device, N=N, T=T, lengths=lengths, slots=7, seed=26, state_dtype=state_dtype)
+    idx = torch.tensor([5, -1, 0, 3], dtype=torch.int32, device=device)
+    buffer = cache_idx = None
+    if cache is not None:
+        gen = torch.Generator().manual_seed(27)
+        buffer = torch.randn(N + 2, steps, 4, 64, 64, generator=gen).to(state_dtype).to(device)
+        cache_idx = (torch.tensor([2, 0, -1, 5], dtype=torch.int32, device=device)
+                     if cache == "indices" else None)
+    pool = t["state"].clone()
+    cached = None if buffer is None else buffer.clone()
+    o = sglang.fused_sigmoid_gating_delta_rule_update(
+        t["A_log"], t["a"], t["dt_bias"], 1.0, 20.0, t["q"], t["k"], t["v"], t["b"], pool, idx,
+        use_qk_l2norm_in_kernel=True, cu_seqlens=t["cu"],
+        disable_state_update=disable_state_update, intermediate_states_buffer=cached,
+        intermediate_state_indices=cache_idx, cache_steps=steps if cache else None)
+    assert o.shape == t["v"].shape
+    rows_cache = (torch.arange(N, device=device) if cache == "direct" else cache_idx)
+    o_c, pool_c, cache_c = sglang_chained(t, idx.tolist(), disable=disable_state_update,
+                                          buffer=buffer, cache_idx=rows_cache, steps=steps)
+    assert torch.equal(o, o_c), "output: not bitwise the chained one-token calls"
+    assert torch.equal(pool, pool_c), "pool: not bitwise the chained one-token calls"
+    if buffer is not None:
+        assert torch.equal(cached, cache_c), "cache: not bitwise the chained one-token calls"
+    if disable_state_update:
+        assert torch.equal(pool, t["state"])
+    q, k, v = flat_tokens(t)
+    rows = [(int(idx[n]), list(range(t["starts"][n], t["starts"][n] + t["lengths"][n])))
+            for n in range(N)]
+    o_ref, _ = token_loop(q, k, v, t["a"].cpu(), t["b"].cpu(), t["A_log"].cpu(),
+                          t["dt_bias"].cpu(), t["state"].cpu().transpose(-1, -2), rows,
+                          state_dtype)
+    assert_close(o.reshape(-1, 4, 64), o_ref, max(TOL_OUT[torch.bfloat16], TOL_STATE[state_dtype]),
+                 "output")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sglang_target_verify_without_pool(device):
+    """initial_state_source=None: every sequence from a zero state, nothing kept but the
+    cache; bitwise the same call on a zero pool with the pool update disabled."""
+    N, T = 2, 3
+    t = spec_inputs(device, N=N, T=T, slots=N, seed=28)
+    buf1 = torch.zeros(N, T, 4, 64, 64, device=device)
+    buf2 = torch.zeros_like(buf1)
+    args = (t["A_log"], t["a"], t["dt_bias"], 1.0, 20.0, t["q"], t["k"], t["v"], t["b"])
+    o1 = sglang.fused_sigmoid_gating_delta_rule_update(
+        *args, None, None, use_qk_l2norm_in_kernel=True, intermediate_states_buffer=buf1,
+        intermediate_state_indices=torch.arange(N, dtype=torch.int32, device=device),
+        cache_steps=T)
+    zero = torch.zeros_like(t["state"])
+    o2 = sglang.fused_sigmoid_gating_delta_rule_update(
+        *args, zero, torch.arange(N, dtype=torch.int32, device=device),
+        use_qk_l2norm_in_kernel=True, disable_state_update=True,
+        intermediate_states_buffer=buf2)
+    assert torch.equal(o1, o2) and torch.equal(buf1, buf2) and not zero.any()
+    assert buf1.any()
+
+
+def test_sglang_target_verify_refused_nothing_written():
+    t = spec_inputs("cpu", N=2, T=3, slots=3, seed=29)
+    pool = t["state"].clone()
+    buffer = torch.zeros(2, 2, 4, 64, 64)
+    args = (t["A_log"], t["a"], t["dt_bias"], 1.0, 20.0, t["q"], t["k"], t["v"], t["b"], pool,
+            torch.tensor([0, 1], dtype=torch.int32))
+    with pytest.raises(ValueError, match="cache_steps=2 is smaller"):
+        sglang.fused_sigmoid_gating_delta_rule_update(*args, intermediate_states_buffer=buffer,
+                                                      cache_steps=2)
+    with pytest.raises(ValueError, match="must be contiguous"):
+        sglang.fused_sigmoid_gating_delta_rule_update(
+            *args, intermediate_states_buffer=torch.zeros(2, 3, 4, 64, 128)[..., ::2])
+    with pytest.raises(NotImplementedError, match="retrieve_parent_token"):
+        sglang.fused_sigmoid_gating_delta_rule_update(
+            *args, retrieve_parent_token=torch.zeros(2, 3, dtype=torch.int64))
+    assert torch.equal(pool, t["state"]) and not buffer.any()
+
+
+# ---- FLA: several tokens, packed or dense --------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("output_final_state", [True, False])
+@pytest.mark.parametrize("with_initial", [True, False])
+def test_fla_varlen_several_tokens(device, output_final_state, with_initial):
+    """cu_seqlens rows of 2, 0, 4 and 1 tokens in one call: bitwise each sequence's own
+    dense call, and against FLA's recurrence in float64."""
+    lengths = [2, 0, 4, 1]
+    N, total = len(lengths), sum(lengths)
+    t = fla_inputs(device, B=1, T=total, H=2, HV=4, K=64, V=64, seed=31)
+    h0 = 0.5 * torch.randn(N, 4, 64, 64, generator=torch.Generator().manual_seed(32))
+    h0 = h0.to(device)
+    cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), device=device)
+    initial = h0.clone() if with_initial else None
+    o, final = fla.fused_recurrent_gated_delta_rule(
+        t["q"], t["k"], t["v"], g=t["g"], beta=t["beta"], initial_state=initial,
+        output_final_state=output_final_state, use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
+    assert o.shape == t["v"].shape
+    if with_initial:
+        assert torch.equal(initial, h0), "initial_state must not be modified"
+    assert (final is not None) == output_final_state
+    for n in range(N):
+        lo, hi = int(cu[n]), int(cu[n + 1])
+        start = h0[n:n + 1] if with_initial else torch.zeros_like(h0[:1])
+        if hi == lo:
+            if output_final_state:
+                assert torch.equal(final[n], start[0])
+            continue
+        o_n, f_n = fla.fused_recurrent_gated_delta_rule(
+            t["q"][:, lo:hi], t["k"][:, lo:hi], t["v"][:, lo:hi], g=t["g"][:, lo:hi],
+            beta=t["beta"][:, lo:hi], initial_state=start, output_final_state=True,
+            use_qk_l2norm_in_kernel=True)
+        assert torch.equal(o[:, lo:hi], o_n), n
+        if output_final_state:
+            assert torch.equal(final[n], f_n[0]), n
+        ref = {n2: t[n2][:, lo:hi] for n2 in ("q", "k", "v", "g", "beta")}
+        o_ref, s_ref = fla_reference(dict(ref, h0=start), l2=True)
+        assert_close(o_n, o_ref, TOL_OUT[torch.bfloat16], f"output of sequence {n}")
+        assert_close(f_n, s_ref, 1e-5, f"final state of sequence {n}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fla_long_dense_rows_in_chunks(device):
+    """T = 20 tokens a row (more than one gdnkit call carries): calls of 16 tokens chained
+    through the float32 state, bitwise one-token calls chained by hand."""
+    t = fla_inputs(device, B=2, T=20, H=1, HV=2, K=64, V=64, seed=33)
+    o, final = fla.fused_recurrent_gated_delta_rule(
+        t["q"], t["k"], t["v"], g=t["g"], beta=t["beta"], initial_state=t["h0"],
+        output_final_state=True, use_qk_l2norm_in_kernel=True)
+    state = t["h0"]
+    for j in range(20):
+        o_j, state = fla.fused_recurrent_gated_delta_rule(
+            t["q"][:, j:j + 1], t["k"][:, j:j + 1], t["v"][:, j:j + 1], g=t["g"][:, j:j + 1],
+            beta=t["beta"][:, j:j + 1], initial_state=state, output_final_state=True,
+            use_qk_l2norm_in_kernel=True)
+        assert torch.equal(o[:, j:j + 1], o_j), j
+    assert torch.equal(final, state)
+    o_ref, s_ref = fla_reference(t, l2=True)
+    assert_close(o, o_ref, TOL_OUT[torch.bfloat16], "output")
+    assert_close(final, s_ref, 1e-5, "final_state")
+
+
+def test_fla_varlen_rows_longer_than_a_call_refused():
+    t = fla_inputs("cpu", B=1, T=20, H=1, HV=2, K=64, V=64, seed=34)
+    kw = dict(g=t["g"], beta=t["beta"], use_qk_l2norm_in_kernel=True)
+    with pytest.raises(NotImplementedError, match="at most 16 tokens"):  # 20 tokens, 1 sequence
+        fla.fused_recurrent_gated_delta_rule(t["q"], t["k"], t["v"], **kw,
+                                             cu_seqlens=torch.tensor([0, 20]))
+    with pytest.raises(RuntimeError, match="cu_seqlens"):  # a row of 17 in 2 sequences
+        fla.fused_recurrent_gated_delta_rule(t["q"], t["k"], t["v"], **kw,
+                                             cu_seqlens=torch.tensor([0, 17, 20]))
+
+
+# ---- compile and CUDA graphs with several tokens ---------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_spec_decode_dropins_compile(device):
+    """vLLM's spec decode (packed rows, per-token slots) and SGLang's target verify (dense,
+    intermediate cache) under torch.compile (fullgraph): the same as eager."""
+    N, T = 2, 3
+    t = spec_inputs(device, N=N, T=T, lengths=[3, 2], slots=8, seed=35)
+    d = spec_inputs(device, N=N, T=T, slots=4, seed=36)
+    table = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32, device=device)
+    acc = torch.tensor([1, 2], dtype=torch.int32, device=device)
+    idx = torch.tensor([1, 3], dtype=torch.int32, device=device)
+
+    def step(pool, pool2, cache):
+        o1, _ = vllm.fused_sigmoid_gating_delta_rule_update(
+            t["A_log"], t["a"], t["b"], t["dt_bias"], t["q"], t["k"], t["v"], initial_state=pool,
+            cu_seqlens=t["cu"], ssm_state_indices=table, num_accepted_tokens=acc,
+            use_qk_l2norm_in_kernel=True)
+        o2 = sglang.fused_sigmoid_gating_delta_rule_update(
+            d["A_log"], d["a"], d["dt_bias"], 1.0, 20.0, d["q"], d["k"], d["v"], d["b"], pool2,
+            idx, use_qk_l2norm_in_kernel=True, disable_state_update=True,
+            intermediate_states_buffer=cache, cache_steps=T)
+        return o1 * 2, o2 * 2
+
+    for backend in ("aot_eager",) + (("inductor",) if device == "cuda" else ()):
+        torch._dynamo.reset()
+        eager = (t["state"].clone(), d["state"].clone(), torch.zeros(N, T, 4, 64, 64, device=device))
+        compiled = (t["state"].clone(), d["state"].clone(), torch.zeros(N, T, 4, 64, 64, device=device))
+        fn = torch.compile(step, backend=backend, fullgraph=True)
+        for x, y in zip(step(*eager), fn(*compiled)):
+            assert torch.equal(x, y), backend
+        for x, y in zip(eager, compiled):
+            assert torch.equal(x, y), backend
+
+
+@cuda_only
+def test_cuda_graph_several_tokens_dropins():
+    """vLLM spec decode, SGLang target verify and FLA varlen (several tokens each) captured
+    in one CUDA graph and replayed against eager calls: bitwise."""
+    N, T = 2, 3
+    t = spec_inputs("cuda", N=N, T=T, lengths=[3, 2], K=128, V=128, slots=8, seed=37)
+    d = spec_inputs("cuda", N=N, T=T, K=128, V=128, slots=4, seed=38)
+    f = fla_inputs("cuda", B=1, T=5, H=2, HV=4, K=128, V=128, seed=39)
+    f_h0 = f["h0"][:2].clone()
+    table = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32, device="cuda")
+    acc = torch.tensor([1, 2], dtype=torch.int32, device="cuda")
+    idx = torch.tensor([1, 3], dtype=torch.int32, device="cuda")
+    cache_idx = torch.tensor([1, 0], dtype=torch.int32, device="cuda")
+    cu_f = torch.tensor([0, 3, 5], device="cuda")
+
+    def step(pool, pool2, cache):
+        o1, _ = vllm.fused_sigmoid_gating_delta_rule_update(
+            t["A_log"], t["a"], t["b"], t["dt_bias"], t["q"], t["k"], t["v"], initial_state=pool,
+            cu_seqlens=t["cu"], ssm_state_indices=table, num_accepted_tokens=acc,
+            use_qk_l2norm_in_kernel=True)
+        o2 = sglang.fused_sigmoid_gating_delta_rule_update(
+            d["A_log"], d["a"], d["dt_bias"], 1.0, 20.0, d["q"], d["k"], d["v"], d["b"], pool2,
+            idx, use_qk_l2norm_in_kernel=True, intermediate_states_buffer=cache,
+            intermediate_state_indices=cache_idx, cache_steps=T)
+        o3, final = fla.fused_recurrent_gated_delta_rule(
+            f["q"], f["k"], f["v"], g=f["g"], beta=f["beta"], initial_state=f_h0,
+            output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu_f)
+        return o1, o2, o3, final
+
+    make = lambda: (t["state"].clone(), d["state"].clone(),  # noqa: E731
+                    torch.zeros(N, T, 4, 128, 128, device="cuda"))
+    eager, graphed = make(), make()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step(*make())
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        graph_out = step(*graphed)
+    for _ in range(2):
+        g.replay()
+        eager_out = step(*eager)
+        torch.cuda.synchronize()
+        for x, y in zip(graph_out, eager_out):
+            assert torch.equal(x, y)
+        for x, y in zip(graphed, eager):
+            assert torch.equal(x, y)

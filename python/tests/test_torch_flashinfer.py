@@ -16,7 +16,8 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 from gdnkit.torch import flashinfer as fi  # noqa: E402
-from torch_cases import DEVICES, TOL_OUT, TOL_STATE, assert_close, reference, rel  # noqa: E402
+from torch_cases import (DEVICES, TOL_OUT, TOL_STATE, assert_close, cuda_only,  # noqa: E402
+                         reference, rel)
 
 # Qwen3-Next's head dims with fewer heads (it has H = 16, HV = 32); HV / H = 2 exercises
 # the q/k head sharing.
@@ -757,3 +758,74 @@ def test_mtp_refused():
         fi.gated_delta_rule_mtp(t["q"], t["k"], t["v"], pool, None, t["A_log"], t["a"],
                                 t["dt_bias"], t["b"], disable_state_update=False)
     assert torch.equal(pool, t["state"]) and torch.equal(buffer, buffer_before)
+
+
+# ---- several tokens under torch.compile and in CUDA graphs ------------------------------------
+
+def mtp_step(t, read, write, ssm):
+    """Three MTP calls of one verify step: the intermediate buffer with the pool left alone,
+    split write slots, and per-token slots."""
+    def step(pool, buffer):
+        o1, _ = fi.gated_delta_rule_mtp(t["q"], t["k"], t["v"], pool, read, t["A_log"], t["a"],
+                                        t["dt_bias"], t["b"], intermediate_states_buffer=buffer,
+                                        disable_state_update=True)
+        o2, _ = fi.gated_delta_rule_mtp(t["q"], t["k"], t["v"], pool, read, t["A_log"], t["a"],
+                                        t["dt_bias"], t["b"], disable_state_update=False,
+                                        output_state_indices=write)
+        o3, _ = fi.gated_delta_rule_mtp(t["q"], t["k"], t["v"], pool, write, t["A_log"], t["a"],
+                                        t["dt_bias"], t["b"], ssm_state_indices=ssm,
+                                        disable_state_update=False)
+        return o1 + o2, o3
+
+    return step
+
+
+def mtp_step_inputs(device, T=3):
+    t = mtp_inputs(device, T, state_dtype=torch.bfloat16, slots=1 + B * (T + 2), seed=120)
+    gen = torch.Generator().manual_seed(121)
+    perm = (torch.randperm(B * (T + 2), generator=gen) + 1).to(device)
+    read = perm[:B].to(torch.int32)
+    write = perm[B:2 * B].to(torch.int32)
+    ssm = perm[2 * B:2 * B + B * T].reshape(B, T).to(torch.int32)
+    return t, read, write, ssm
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_mtp_compile(device):
+    """gated_delta_rule_mtp under torch.compile (fullgraph): the same bits as eager."""
+    T = 3
+    t, read, write, ssm = mtp_step_inputs(device, T)
+    step = mtp_step(t, read, write, ssm)
+    for backend in ("aot_eager",) + (("inductor",) if device == "cuda" else ()):
+        torch._dynamo.reset()
+        eager = (t["state"].clone(), intermediate_buffer(T, torch.bfloat16, device))
+        compiled = (t["state"].clone(), intermediate_buffer(T, torch.bfloat16, device))
+        fn = torch.compile(step, backend=backend, fullgraph=True)
+        for x, y in zip(step(*eager), fn(*compiled)):
+            assert torch.equal(x, y), backend
+        for x, y in zip(eager, compiled):
+            assert torch.equal(x, y), backend
+
+
+@cuda_only
+def test_mtp_cuda_graph():
+    """gated_delta_rule_mtp captured in a CUDA graph and replayed against eager calls."""
+    T = 3
+    t, read, write, ssm = mtp_step_inputs("cuda", T)
+    step = mtp_step(t, read, write, ssm)
+    make = lambda: (t["state"].clone(), intermediate_buffer(T, torch.bfloat16, "cuda"))  # noqa: E731
+    eager, graphed = make(), make()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step(*make())
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        graph_out = step(*graphed)
+    for _ in range(2):
+        g.replay()
+        eager_out = step(*eager)
+        torch.cuda.synchronize()
+        for x, y in zip(graph_out + graphed, eager_out + eager):
+            assert torch.equal(x, y)

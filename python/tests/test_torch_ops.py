@@ -121,7 +121,9 @@ def test_generic_decode_accepts_torch():
 
 
 # The ops' schemas as they were first published: programs exported with torch.export and
-# AOTInductor packages call the ops by these, so they must not change.
+# AOTInductor packages call the ops by these, so they must not change. Arguments added
+# since come after them, each with a default (MULTI_TOKEN_ARGS), so such a program's call
+# still binds.
 _OPTIONS = ("int layout=1, int gate=0, int l2norm=0, float l2norm_eps=1e-06, float scale=0., "
             "int head_map=0")
 _FUSED = ("Tensor? z=None, Tensor? norm_weight=None, float norm_eps=1e-06, "
@@ -144,13 +146,27 @@ PUBLISHED_SCHEMAS = {
     "fused_deltanet_decode_": "fused_deltanet_decode_(Tensor qkv, Tensor alpha, Tensor beta_raw, "
                               "Tensor A_log, Tensor dt_bias, Tensor(a!) state) -> Tensor",
 }
+_TOKENS = ("int num_tokens=0, Tensor? cu_seqlens=None, Tensor? token_state_indices=None, "
+           "Tensor? num_accepted_tokens=None, Tensor(d!)? intermediate_states=None")
+MULTI_TOKEN_ARGS = {
+    "decode": _TOKENS + ", bool update_state=True",
+    "decode_packed": _TOKENS + ", bool update_state=True",
+    "decode_conv": _TOKENS + ", Tensor(e!)? intermediate_conv_states=None, bool update_state=True",
+}
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_SCHEMAS))
 def test_op_schemas_unchanged(name):
-    """The schemas generated from gdnkit._options.PARAMS are the published ones."""
+    """The schemas generated from gdnkit._options.PARAMS are the published ones, followed
+    by the multi-token arguments, each with a default."""
+    text = PUBLISHED_SCHEMAS[name]
+    if name in MULTI_TOKEN_ARGS:
+        text = text.replace(") -> Tensor", ", " + MULTI_TOKEN_ARGS[name] + ") -> Tensor")
+    expected = torch._C.parse_schema("gdnkit::" + text)
+    assert str(getattr(torch.ops.gdnkit, name).default._schema) == str(expected)
+    # torch's own rule: a call written against the published schema binds to ours
     published = torch._C.parse_schema("gdnkit::" + PUBLISHED_SCHEMAS[name])
-    assert str(getattr(torch.ops.gdnkit, name).default._schema) == str(published)
+    assert getattr(torch.ops.gdnkit, name).default._schema.is_backward_compatible_with(published)
 
 
 def test_torch_decode_signature():
@@ -411,9 +427,11 @@ def aoti_works(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_aot_inductor(device):
+@pytest.mark.parametrize("tokens", ["one", "several"])
+def test_aot_inductor(device, tokens):
     """torch.export + AOTInductor (ExecuTorch's CUDA path), the op called back from the
-    compiled package. Compiles C++: about a minute on CPU."""
+    compiled package; one token a row, and several (per-token slots and the intermediate
+    buffer, MultiStep below). Compiles C++: about a minute on CPU."""
     if os.environ.get("GDNKIT_SKIP_AOTI"):
         pytest.skip("GDNKIT_SKIP_AOTI is set")
     import torch._inductor
@@ -421,16 +439,21 @@ def test_aot_inductor(device):
     ok, detail = aoti_works(device)
     if not ok:
         pytest.skip(f"AOTInductor fails on {device} here for a model without gdnkit ({detail})")
-    t = inputs(device, layout="vk", seed=33)
-    qkv = packed(t)
-    ep = torch.export.export(Step(t["state"], t["A_log"], t["dt_bias"]), (qkv, t["a"], t["b"]))
-    ref = Step(t["state"], t["A_log"], t["dt_bias"])
+    if tokens == "one":
+        t = inputs(device, layout="vk", seed=33)
+        call = (packed(t), t["a"], t["b"])
+        make = lambda: Step(t["state"], t["A_log"], t["dt_bias"])  # noqa: E731
+    else:
+        t = multi_step_inputs(device)
+        call = (t["qkv"], t["a"], t["b"], t["slots"], t["accepted"], t["read"])
+        make = lambda: MultiStep(t["state"], t["inter"], t["A_log"], t["dt_bias"])  # noqa: E731
+    ep = torch.export.export(make(), call)
+    ref = make()
     with tempfile.TemporaryDirectory() as tmp:
         path = torch._inductor.aoti_compile_and_package(ep, package_path=os.path.join(tmp, "gdn.pt2"))
         compiled = torch._inductor.aoti_load_package(path)
         for _ in range(2):
-            assert torch.allclose(compiled(qkv, t["a"], t["b"]), ref(qkv, t["a"], t["b"]),
-                                  rtol=1e-6, atol=1e-6)
+            assert torch.allclose(compiled(*call), ref(*call), rtol=1e-6, atol=1e-6)
 
 
 # ---- CUDA graphs ------------------------------------------------------------------------
@@ -506,3 +529,379 @@ def test_second_device():
     o_ref, _ = reference(t["q"], t["k"], t["v"], t["a"], t["b"], t["A_log"], t["dt_bias"], t["state"])
     assert o.device == torch.device("cuda:1")
     assert_close(o, o_ref, 1e-5, "output")
+
+
+# ---- several tokens a row ------------------------------------------------------------------
+#
+# The multi-token cases of numpy_cases.py as tensors: one op call against the same tokens as
+# one-token calls of the op chained through the pool (bitwise equal: gdnkit's multi-token
+# contract), and on the CPU against the numpy path too.
+
+import numpy as np  # noqa: E402
+
+from numpy_cases import make_multi_case, multi_inputs, run_chained  # noqa: E402
+
+
+def as_tensor(x, device):
+    """A numpy array of the cases (bfloat16 as uint16 bits) as a tensor on `device`."""
+    if x is None:
+        return None
+    t = torch.from_numpy(np.array(x))  # a copy: calls write pools and buffers in place
+    if x.dtype == np.uint16:
+        t = t.view(torch.bfloat16)
+    return t.to(device)
+
+
+def as_numpy(t):
+    t = t.cpu()
+    return (t.view(torch.uint16) if t.dtype == torch.bfloat16 else t).numpy()
+
+
+_OUT_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def multi_tensors(c, device):
+    """(the op's per-token inputs, every other argument) of a multi-token case as tensors."""
+    inputs = {n: as_tensor(x, device) for n, x in multi_inputs(c).items()}
+    kw = dict(A_log=as_tensor(c["A_log"], device), dt_bias=as_tensor(c["dt_bias"], device),
+              layout=c["layout"], gate=c["gate"], l2norm=c["l2"], l2norm_eps=c["eps"],
+              scale=c["scale"], head_map=c["head_map"], out_dtype=_OUT_DTYPES[c["out"]])
+    if c["norm"]:
+        kw.update(norm_weight=as_tensor(c["norm_weight"], device), norm_eps=c["norm_eps"])
+    if c["conv"]:
+        kw.update(conv_weight=as_tensor(c["conv_weight"], device),
+                  conv_bias=as_tensor(c["conv_bias"], device))
+    return inputs, kw
+
+
+def multi_op(c, device, **overrides):
+    """One gdnkit.torch.decode call of the case: (out, pool, conv pool, intermediate
+    states, intermediate conv states), the buffers fresh copies."""
+    inputs, kw = multi_tensors(c, device)
+    pool = as_tensor(c["pool"], device)
+    conv_state = as_tensor(c["conv_state"], device) if c["conv"] else None
+    inter, inter_conv = as_tensor(c["inter"], device), as_tensor(c["inter_conv"], device)
+    idx = {n: as_tensor(c[k], device) for n, k in (
+        ("cu_seqlens", "cu"), ("state_indices", "read"), ("state_out_indices", "write"),
+        ("token_state_indices", "tsi"), ("num_accepted_tokens", "acc"))}
+    kw.update(inputs)
+    kw.update(idx)
+    kw.update(state=pool, conv_state=conv_state, num_tokens=c["T"],
+              intermediate_states=inter, intermediate_conv_states=inter_conv,
+              update_state=c["mode"] != "intermediate")
+    kw.update(overrides)
+    out = gt.decode(**kw)
+    return out, pool, conv_state, inter, inter_conv
+
+
+def chained_ops(c, device):
+    """The case as one-token gdnkit.torch.decode calls chained through scratch pools (as
+    numpy_cases.run_chained does with gdnkit.decode), on `device`."""
+    B, T, S = c["B"], c["T"], c["pool"].shape[0]
+    lengths = [T] * B if c["cu"] is None else list(c["lengths"])
+    starts = [n * T for n in range(B)] if c["cu"] is None else [int(x) for x in c["cu"][:-1]]
+    if c["tsi"] is not None:
+        read = [int(c["tsi"][n, c["acc"][n] - 1]) if 1 <= c["acc"][n] <= T else -1
+                for n in range(B)]
+    else:
+        read = [int(s) for s in c["read"]]
+    valid = [0 <= s < S for s in read]
+    pick = torch.tensor([s if ok else 0 for s, ok in zip(read, valid)], device=device)
+    pool = as_tensor(c["pool"], device)
+    scratch = pool.index_select(0, pick)
+    conv_pool = as_tensor(c["conv_state"], device) if c["conv"] else None
+    conv_scratch = conv_pool.index_select(0, pick).contiguous() if c["conv"] else None
+    if c["conv"] and c["tap_major"]:
+        # a scratch with the pool's (tap-major) layout, as the multi-token call's buffers
+        conv_scratch = conv_pool.index_select(0, pick)
+    _, kw = multi_tensors(c, device)
+    flat = {n: as_tensor(c[n], device) for n in ("q", "k", "v", "a", "b", "x", "z")
+            if c.get(n) is not None}
+    out = torch.zeros((c["rows"], c["Hv"], c["Dv"]), dtype=_OUT_DTYPES[c["out"]], device=device)
+    states, windows = {}, {}
+    for t in range(T):
+        active = [valid[n] and t < lengths[n] for n in range(B)]
+        if not any(active):
+            continue
+        src = [min(starts[n] + min(t, max(lengths[n] - 1, 0)), c["rows"] - 1) for n in range(B)]
+        rows = torch.tensor(src, device=device)
+        one = {n: x.index_select(0, rows) for n, x in flat.items()
+               if n in (("x",) if c["conv"] else ("q", "k", "v")) + ("a", "b") + (("z",) if c["norm"] else ())}
+        idx = torch.tensor([n if active[n] else -1 for n in range(B)], device=device,
+                           dtype=torch.int32 if c["itype"] == np.int32 else torch.int64)
+        o = gt.decode(**kw, **one, state=scratch, state_indices=idx,
+                      conv_state=conv_scratch if c["conv"] else None)
+        for n in range(B):
+            if active[n]:
+                out[starts[n] + t] = o[n]
+                states[n, t] = scratch[n].clone()
+                if c["conv"]:
+                    windows[n, t] = conv_scratch[n].clone()
+    if c["cu"] is None:
+        out = out.reshape(B, T, c["Hv"], c["Dv"])
+    inter, inter_conv = as_tensor(c["inter"], device), as_tensor(c["inter_conv"], device)
+    for (n, t), s in states.items():
+        slot = None
+        if c["mode"] == "final" and t == lengths[n] - 1:
+            slot = int(c["write"][n])
+        if c["mode"] == "token_slots":
+            slot = int(c["tsi"][n, t])
+        if slot is not None and 0 <= slot < S:
+            pool[slot] = s
+            if c["conv"]:
+                conv_pool[slot] = windows[n, t]
+        if c["mode"] == "intermediate":
+            inter[n, t] = s
+            if inter_conv is not None:
+                inter_conv[n, t] = windows[n, t]
+    return out, pool, conv_pool, inter, inter_conv
+
+
+TORCH_MULTI_CASES = {
+    # name: (the op it reaches, make_multi_case arguments)
+    "decode_final_bf16_vk": ("decode", dict(mode="final", qkv="bf16", state="bf16", layout="vk")),
+    "decode_token_slots_cu_seqlens": ("decode", dict(mode="token_slots", lengths=[3, 1, 2],
+                                                     qkv="f16", state="f32", layout="kv")),
+    "decode_intermediate_flat_f32": ("decode", dict(mode="intermediate", form="flat", qkv="f32",
+                                                    state="f32", layout="vk", index="i64")),
+    "packed_final_cu_seqlens_bf16": ("decode_packed", dict(mode="final", form="packed",
+                                                           lengths=[2, 0, 3, 1], B=4, T=3,
+                                                           qkv="bf16", state="bf16",
+                                                           layout="vk", Hk=2, G=2)),
+    "packed_token_slots_norm_f32": ("decode_packed", dict(mode="token_slots", form="packed",
+                                                          norm=True, qkv="f32", state="f32",
+                                                          layout="kv")),
+    "conv_norm_token_slots_bf16": ("decode_conv", dict(mode="token_slots", conv=True, norm=True,
+                                                       tap_major=True, qkv="bf16",
+                                                       state="bf16", layout="vk")),
+    "conv_intermediate_f16_w3": ("decode_conv", dict(mode="intermediate", conv=True, W=3,
+                                                     qkv="f16", state="f16", layout="kv")),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(TORCH_MULTI_CASES))
+def test_multi_token_ops_equal_chained_one_token_calls(device, name):
+    op, args = TORCH_MULTI_CASES[name]
+    c = make_multi_case(sum(map(ord, name)), **args)
+    got = multi_op(c, device)
+    want = chained_ops(c, device)
+    shape = (c["rows"],) if c["cu"] is not None else (c["B"], c["T"])
+    assert got[0].shape == shape + (c["Hv"], c["Dv"]) and got[0].device.type == device
+    for what, x, y in zip(("output", "state pool", "conv pool", "intermediate states",
+                           "intermediate conv states"), got, want):
+        assert (x is None) == (y is None), what
+        if x is not None:
+            assert torch.equal(x, y), f"{what}: not bitwise the chained one-token calls"
+    if device == "cpu":  # the same extension through DLPack (gdnkit.decode on numpy)
+        for what, x, y in zip(("output", "state pool"), got, run_chained(c)):
+            assert np.array_equal(as_numpy(x), y.view(np.uint16) if y.dtype.name == "bfloat16"
+                                  else y), what
+    # the op the keyword front end picked
+    inputs, kw = multi_tensors(c, device)
+    assert {"decode": "q", "decode_packed": "qkv", "decode_conv": "x"}[op] in inputs
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_multi_token_against_reference(device, state_dtype):
+    """Dense [B, T] tokens, final state written to separate slots: against the float64
+    reference run token by token, the state rounded to its dtype between tokens."""
+    B, T = 3, 4
+    t = inputs("cpu", B=B * T, slots=2 * B + 1, layout="vk", seed=77, dtype=torch.bfloat16,
+               state_dtype=state_dtype)
+    read = torch.tensor([4, -1, 0], dtype=torch.int32)
+    write = torch.tensor([5, 6, 1], dtype=torch.int32)
+    pool_kv = t["state"].transpose(-1, -2).double()
+    o_ref = torch.zeros(B, T, 4, 64, dtype=torch.float64)
+    new_pool = pool_kv.clone()
+    for n in range(B):
+        if read[n] < 0:
+            continue
+        S = pool_kv[int(read[n])][None]
+        for j in range(T):
+            r = n * T + j
+            o, S = reference(t["q"][r:r + 1], t["k"][r:r + 1], t["v"][r:r + 1], t["a"][r:r + 1],
+                             t["b"][r:r + 1], t["A_log"], t["dt_bias"], S)
+            o_ref[n, j] = o[0]
+            S = S.transpose(-1, -2).to(state_dtype).double().transpose(-1, -2)
+        new_pool[int(write[n])] = S[0]
+    to = lambda x: x.to(device)  # noqa: E731
+    state = to(t["state"].clone())
+    o = gt.decode(to(t["q"].reshape(B, T, 2, 64)), to(t["k"].reshape(B, T, 2, 64)),
+                  to(t["v"].reshape(B, T, 4, 64)), to(t["a"].reshape(B, T, 4)),
+                  to(t["b"].reshape(B, T, 4)), state, A_log=to(t["A_log"]),
+                  dt_bias=to(t["dt_bias"]), layout="vk", state_indices=to(read),
+                  state_out_indices=to(write))
+    assert o.shape == (B, T, 4, 64) and not o[1].any()
+    tol = max(TOL_OUT[torch.bfloat16], TOL_STATE[state_dtype])
+    assert_close(o, o_ref, tol, "output")
+    assert_close(state.transpose(-1, -2), new_pool, TOL_STATE[state_dtype], "pool")
+
+
+def multi_op_args(c, device, op):
+    """(op, positional arguments, keyword arguments) of a torch.ops.gdnkit call of the case."""
+    inputs, kw = multi_tensors(c, device)
+    from gdnkit._options import normalized, op_params
+
+    values = normalized(dict(
+        kw, **inputs, state=as_tensor(c["pool"], device), num_tokens=c["T"],
+        conv_state=as_tensor(c["conv_state"], device) if c["conv"] else None,
+        cu_seqlens=as_tensor(c["cu"], device), state_indices=as_tensor(c["read"], device),
+        state_out_indices=as_tensor(c["write"], device),
+        token_state_indices=as_tensor(c["tsi"], device),
+        num_accepted_tokens=as_tensor(c["acc"], device),
+        intermediate_states=as_tensor(c["inter"], device),
+        intermediate_conv_states=as_tensor(c["inter_conv"], device),
+        update_state=c["mode"] != "intermediate"))
+    names = [p.name for p in op_params(op)]
+    required = [p.name for p in op_params(op) if p.required]
+    args = tuple(values.get(n) for n in required)
+    kwargs = {n: values[n] for n in names if n not in required and values.get(n) is not None}
+    return getattr(torch.ops.gdnkit, op).default, args, kwargs
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["decode_intermediate_flat_f32", "packed_final_cu_seqlens_bf16",
+                                  "conv_intermediate_f16_w3", "decode_token_slots_cu_seqlens"])
+def test_multi_token_opcheck(device, name):
+    """torch.library.opcheck: the schema's mutations (the pools and the intermediate
+    buffers), the fake implementation's output (shape, dtype, strides) and the
+    functionalized (AOT dispatch) forms, for several tokens a row."""
+    op, args = TORCH_MULTI_CASES[name]
+    c = make_multi_case(sum(map(ord, name)), **args)
+    fn, a, kw = multi_op_args(c, device, op)
+    torch.library.opcheck(fn, a, kw)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_multi_token_fake_shapes(device):
+    """The fake implementation gives [B, T, Hv, Dv] for dense tokens (T from num_tokens or
+    the shapes) and [total_tokens, Hv, Dv] with cu_seqlens."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    for name, shape in (("decode_final_bf16_vk", (3, 3, 2, 64)),
+                        ("packed_final_cu_seqlens_bf16", (6, 4, 64))):
+        op, args = TORCH_MULTI_CASES[name]
+        c = make_multi_case(sum(map(ord, name)), **args)
+        fn, a, kw = multi_op_args(c, device, op)
+        kw.pop("num_tokens", None)  # from the shapes
+        with FakeTensorMode() as mode:
+            fake = lambda x: mode.from_tensor(x) if isinstance(x, torch.Tensor) else x  # noqa: E731
+            o = fn(*[fake(x) for x in a], **{k: fake(x) for k, x in kw.items()})
+        assert tuple(o.shape) == shape and o.device.type == device
+
+
+class MultiStep(torch.nn.Module):
+    """Spec decode in a model: the pool and the buffer of every token's state as buffers,
+    per-token slots with num_accepted_tokens (in place) and the intermediate buffer with
+    the pool left alone, in one forward."""
+
+    def __init__(self, state, inter, A_log, dt_bias):
+        super().__init__()
+        self.register_buffer("state", state.clone())
+        self.register_buffer("inter", inter.clone())
+        self.register_buffer("A_log", A_log)
+        self.register_buffer("dt_bias", dt_bias)
+
+    def forward(self, qkv, a, b, slots, accepted, read):
+        o1 = gt.decode(qkv=qkv, a=a, b=b, state=self.state, A_log=self.A_log,
+                       dt_bias=self.dt_bias, layout="vk", token_state_indices=slots,
+                       num_accepted_tokens=accepted)
+        o2 = gt.decode(qkv=qkv, a=a, b=b, state=self.state, A_log=self.A_log,
+                       dt_bias=self.dt_bias, layout="vk", state_indices=read,
+                       intermediate_states=self.inter, update_state=False)
+        return o1 * 2.0 + o2
+
+
+def multi_step_inputs(device):
+    B, T, Hk, Hv, D = 2, 3, 2, 4, 64
+    gen = torch.Generator().manual_seed(91)
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    t = dict(qkv=r(B, T, 2 * Hk * D + Hv * D), a=r(B, T, Hv), b=r(B, T, Hv),
+             state=0.5 * r(B * T + 1, Hv, D, D), inter=r(B, T, Hv, D, D),
+             A_log=torch.log(torch.empty(Hv).uniform_(1, 16, generator=gen)),
+             dt_bias=0.1 * r(Hv),
+             slots=torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32),
+             accepted=torch.tensor([2, 1], dtype=torch.int32),
+             read=torch.tensor([6, -1], dtype=torch.int32))
+    return {n: x.to(device) for n, x in t.items()}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_multi_token_compile(device):
+    t = multi_step_inputs(device)
+    call = (t["qkv"], t["a"], t["b"], t["slots"], t["accepted"], t["read"])
+    for backend in compile_backends(device):
+        torch._dynamo.reset()
+        eager = MultiStep(t["state"], t["inter"], t["A_log"], t["dt_bias"])
+        compiled_mod = MultiStep(t["state"], t["inter"], t["A_log"], t["dt_bias"])
+        compiled = torch.compile(compiled_mod, backend=backend, fullgraph=True)
+        for _ in range(3):
+            o_e, o_c = eager(*call), compiled(*call)
+            assert o_c.shape == (2, 3, 4, 64)
+            assert torch.allclose(o_e, o_c, rtol=1e-6, atol=1e-6), backend
+        assert torch.equal(eager.state, compiled_mod.state), backend
+        assert torch.equal(eager.inter, compiled_mod.inter), backend
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_multi_token_export(device):
+    """torch.export of several tokens a row, and its functional form (auto_functionalized
+    over the pool and the intermediate buffer)."""
+    t = multi_step_inputs(device)
+    call = (t["qkv"], t["a"], t["b"], t["slots"], t["accepted"], t["read"])
+    ep = torch.export.export(MultiStep(t["state"], t["inter"], t["A_log"], t["dt_bias"]), call)
+    assert "gdnkit.decode_packed" in str(ep.graph)
+    ref = MultiStep(t["state"], t["inter"], t["A_log"], t["dt_bias"])
+    functional = torch.export.export(MultiStep(t["state"], t["inter"], t["A_log"], t["dt_bias"]),
+                                     call).run_decompositions()
+    assert "auto_functionalized" in str(functional.graph)
+    for exported in (ep.module(), functional.module()):
+        m = MultiStep(t["state"], t["inter"], t["A_log"], t["dt_bias"])
+        o, o_ref = exported(*call), m(*call)
+        assert torch.equal(o, o_ref)
+        assert torch.equal(exported.state, m.state) and torch.equal(exported.inter, m.inter)
+    del ref
+
+
+@cuda_only
+def test_multi_token_cuda_graph():
+    """Several tokens a row (per-token slots, then the intermediate buffer) captured in a
+    CUDA graph and replayed against eager calls: bitwise."""
+    t = multi_step_inputs("cuda")
+    call = (t["qkv"].bfloat16(), t["a"], t["b"], t["slots"], t["accepted"], t["read"])
+    eager = MultiStep(t["state"], t["inter"], t["A_log"], t["dt_bias"])
+    graphed = MultiStep(t["state"], t["inter"], t["A_log"], t["dt_bias"])
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        MultiStep(t["state"], t["inter"], t["A_log"], t["dt_bias"])(*call)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        o_graph = graphed(*call)
+    assert torch.equal(graphed.state, t["state"]) and torch.equal(graphed.inter, t["inter"])
+    for _ in range(3):
+        g.replay()
+        o_eager = eager(*call)
+        torch.cuda.synchronize()
+        assert torch.equal(o_graph, o_eager)
+        assert torch.equal(graphed.state, eager.state) and torch.equal(graphed.inter, eager.inter)
+
+
+@cuda_only
+def test_multi_token_compile_reduce_overhead():
+    """Several tokens a row under Inductor with CUDA graphs (mode="reduce-overhead")."""
+    t = multi_step_inputs("cuda")
+    call = (t["qkv"], t["a"], t["b"], t["slots"], t["accepted"], t["read"])
+    torch._dynamo.reset()
+    eager = MultiStep(t["state"], t["inter"], t["A_log"], t["dt_bias"])
+    cm = MultiStep(t["state"], t["inter"], t["A_log"], t["dt_bias"])
+    compiled = torch.compile(cm, mode="reduce-overhead", fullgraph=True)
+    for _ in range(5):
+        o_e = eager(*call)
+        o_c = compiled(*call).clone()
+        torch.cuda.synchronize()
+        assert torch.allclose(o_e, o_c, rtol=1e-6, atol=1e-6)
+    assert torch.equal(eager.state, cm.state) and torch.equal(eager.inter, cm.inter)

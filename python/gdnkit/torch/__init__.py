@@ -12,16 +12,17 @@ Importing this module registers
 
 (state updated in place except by fused_deltanet_decode; decode_conv updates conv_state
 too; decode, decode_packed and decode_conv take z= and norm_weight= for the gated
-RMSNorm epilogue), usable in eager mode, torch.compile, torch.export and CUDA graphs,
-on the current CUDA stream; and gdnkit.torch.decode, gdnkit.decode's keyword arguments
-over those three ops.
+RMSNorm epilogue, and several tokens a row with the multi-token arguments), usable in
+eager mode, torch.compile, torch.export and CUDA graphs, on the current CUDA stream; and
+gdnkit.torch.decode, gdnkit.decode's keyword arguments over those three ops.
 
 Drop-in wrappers with the signatures of the kernels they replace:
 
     gdnkit.torch.executorch.fused_deltanet_decode / fused_deltanet_decode_
-    gdnkit.torch.vllm.fused_sigmoid_gating_delta_rule_update
-    gdnkit.torch.sglang.fused_sigmoid_gating_delta_rule_update
-    gdnkit.torch.fla.fused_recurrent_gated_delta_rule
+    gdnkit.torch.vllm.fused_sigmoid_gating_delta_rule_update / fused_recurrent_gated_delta_rule
+        (decode and spec decode)
+    gdnkit.torch.sglang.fused_sigmoid_gating_delta_rule_update (decode and target verify)
+    gdnkit.torch.fla.fused_recurrent_gated_delta_rule (one or several tokens, varlen too)
     gdnkit.torch.flashinfer.gated_delta_rule_decode_pretranspose / gated_delta_rule_decode /
         gated_delta_rule (the bf16-state entry) / gated_delta_rule_mtp (several tokens)
 """

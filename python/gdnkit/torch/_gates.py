@@ -72,3 +72,32 @@ def check_unit_cu_seqlens(cu_seqlens, n, who):
     expected = torch.arange(n + 1, device=cu_seqlens.device, dtype=cu_seqlens.dtype)
     torch._assert_async((cu_seqlens == expected).all(),
                         f"{who}: cu_seqlens must be [0, 1, ..., {n}] (one token per sequence)")
+
+
+def store_rows(dst, dst_index, ok, src, src_index):
+    """dst[dst_index[r]] = src[src_index[r]] (cast to dst's dtype) for every r with ok[r];
+    the other entries write nothing. Without a host synchronization the entries cannot be
+    filtered, and index_copy_ takes one source block per index, its result undefined where
+    duplicate indices carry different blocks: so each entry that must not write repeats
+    the first ok entry's copy (same index, same bits), and when no entry is ok, every
+    entry copies block 0 of dst onto itself."""
+    first = ok.to(torch.int32).argmax().reshape(1)  # the first ok entry, 0 when there is none
+    anyone = ok.any()
+    dst_index = torch.where(ok, dst_index, dst_index.index_select(0, first))
+    src_index = torch.where(ok, src_index, src_index.index_select(0, first))
+    dst_index = torch.where(anyone, dst_index, 0)
+    blocks = src.index_select(0, src_index.clamp(0, src.shape[0] - 1)).to(dst.dtype)
+    blocks = torch.where(anyone, blocks, dst[0])
+    dst.index_copy_(0, dst_index, blocks)
+
+
+def check_packed_rows(cu_seqlens, total, T, who):
+    """With cu_seqlens: rows inside the packed tokens [0, total), each of at most T tokens.
+    A row outside would be skipped by gdnkit (and counted), so it is refused instead, by
+    torch's asynchronous assert: at once on the CPU, at the stream's next synchronization
+    on a GPU (before the step writes anything), never with a host sync on the call."""
+    lengths = cu_seqlens[1:] - cu_seqlens[:-1]
+    torch._assert_async(((lengths >= 0) & (lengths <= T)).all() & (cu_seqlens[0] == 0)
+                        & (cu_seqlens[-1] == total),
+                        f"{who}: cu_seqlens must rise from 0 to {total} by at most {T} tokens "
+                        f"a sequence")

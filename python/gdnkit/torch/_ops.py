@@ -3,7 +3,10 @@
 Every op's schema declares what it writes (Tensor(a!)) and each has a fake
 (meta) implementation, so it runs in eager mode, under torch.compile and
 torch.export, and inside CUDA graph capture. CUDA tensors run on the current
-stream of their device; CPU tensors on the host backend.
+stream of their device; CPU tensors on the host backend. Several tokens a row
+(speculative decoding) are the same ops with a token dimension and the multi-token
+arguments, one library call; the fake implementation reads the output's shape from
+the shapes alone (gdnkit._options.out_shape), as the real one does.
 
 The schemas, implementations and fakes of decode, decode_packed and decode_conv
 all come from gdnkit._options.PARAMS; decode_kw is the keyword front end over the
@@ -15,8 +18,9 @@ but a dispatch of about 4 us instead of 20-40 us in eager mode.
 import torch
 
 from .._options import (DECODE, DECODE_CONV, DECODE_PACKED, GATES, HEAD_MAPS, L2NORMS, LAYOUTS,
-                        OPS, TORCH_PARAMS, make_function, normalized, op_params, schema,
-                        signature)
+                        OPS, TORCH_PARAMS, make_function, normalized, op_params, out_shape,
+                        schema, signature)
+from .._options import MAX_TOKENS  # noqa: F401  (the drop-ins' bound on tokens a call)
 from .._raw import run, run_values  # run: the raw path, by keyword (no dispatcher)
 
 KV, VK = LAYOUTS["kv"], LAYOUTS["vk"]
@@ -38,8 +42,16 @@ def _out_shape(a, state, layout):
     return (_rows(a), hv, dv)
 
 
-def _empty_out(ref, a, state, layout, out_dtype):
-    return torch.empty(_out_shape(a, state, layout), dtype=out_dtype or ref.dtype, device=ref.device)
+def _empty_out(values, ref):
+    """The output of a decode op's call (values: its arguments by name), and T: [B, Hv, Dv]
+    for one token a row, [B, T, Hv, Dv] or [total_tokens, Hv, Dv] for several; from the
+    shapes alone, so the fake implementation allocates the same."""
+    state = values["state"]
+    hv = state.shape[1]
+    dv = state.shape[3] if values["layout"] == KV else state.shape[2]
+    shape, tokens = out_shape(values, hv, dv)
+    out = torch.empty(shape, dtype=values["out_dtype"] or ref.dtype, device=ref.device)
+    return out, tokens
 
 
 # ---- gdnkit::decode, decode_packed and decode_conv -----------------------------------
@@ -47,17 +59,26 @@ def _empty_out(ref, a, state, layout, out_dtype):
 # Each op's input row, whose dtype and device the output takes.
 _REF = {DECODE: "q", DECODE_PACKED: "qkv", DECODE_CONV: "x"}
 
+_MULTI_DOC = """
+    Several tokens a row (gdnkit.decode's arguments of that name): q, k, v, qkv, x, a, b and
+    z with a token dimension ([B, T, ...], or [total_tokens, ...] with cu_seqlens), the
+    output [B, T, Hv, Dv] (or [total_tokens, Hv, Dv]); num_tokens 0 means from the shapes;
+    token_state_indices, num_accepted_tokens, intermediate_states (updated in place) and
+    update_state say where the states go."""
+
 _DOCS = {
     DECODE: """One decode step on q [B, Hk, Dk], k, v [B, Hv, Dv] (or [B, 1, H, D]); returns o
     [B, Hv, Dv] and updates `state` in place. Integer switches: gdnkit.LAYOUTS, GATES,
     L2NORMS, HEAD_MAPS; scale 0 means Dk**-0.5. With norm_weight [Dv] and z [B, Hv, Dv]:
-    the gated RMSNorm of each v-head's output.""",
-    DECODE_PACKED: """As gdnkit::decode, with the packed row qkv [B, 2*Hk*Dk + Hv*Dv] (or [B, 1, W]).""",
+    the gated RMSNorm of each v-head's output.""" + _MULTI_DOC,
+    DECODE_PACKED: """As gdnkit::decode, with the packed row qkv [B, 2*Hk*Dk + Hv*Dv] (or [B, 1, W]).
+    """ + _MULTI_DOC,
     DECODE_CONV: """The middle of a Qwen3-Next / Qwen3.5 layer in one call: x [B, conv_dim] is the raw
     projected row; q|k|v = silu(conv1d(conv_state window, x) + conv_bias); conv_state
     [S, conv_dim, W-1] (or [S, W-1, conv_dim], any strides gdnkit accepts) shifts in x;
     conv_weight [conv_dim, W] or [conv_dim, 1, W]. Then the step, then the gated RMSNorm
-    when norm_weight is given. Both pools (state, conv_state) are updated in place.""",
+    when norm_weight is given. Both pools (state, conv_state) are updated in place.""" + _MULTI_DOC
+    + """ intermediate_conv_states keeps every token's conv window.""",
 }
 
 
@@ -65,9 +86,10 @@ def _impl_body(op):
     ref = _REF[op]
 
     def body(values):
-        out_dtype = values.pop("out_dtype")
-        out = _empty_out(values[ref], values["a"], values["state"], values["layout"], out_dtype)
+        out, tokens = _empty_out(values, values[ref])
+        del values["out_dtype"]
         values["out"] = out
+        values["num_tokens"] = tokens
         run_values(values)
         return out
 
@@ -78,8 +100,7 @@ def _fake_body(op):
     ref = _REF[op]
 
     def body(values):
-        return _empty_out(values[ref], values["a"], values["state"], values["layout"],
-                          values["out_dtype"])
+        return _empty_out(values, values[ref])[0]
 
     return body
 
@@ -177,7 +198,7 @@ fused_deltanet_decode_ = torch.ops.gdnkit.fused_deltanet_decode_
 
 _OP_ARGS = {op: tuple(p.name for p in op_params(op)) for op in OPS}
 _CALL = {op: getattr(torch.ops.gdnkit, op) for op in OPS}
-_CONV_ONLY = ("conv_state", "conv_weight", "conv_bias")
+_CONV_ONLY = ("conv_state", "conv_weight", "conv_bias", "intermediate_conv_states")
 
 
 def _which_op(values):
@@ -213,6 +234,7 @@ decode_kw = make_function("decode", signature(TORCH_PARAMS), _decode_kw, module=
 
     Same arguments and conventions as gdnkit.decode (string switches, or their numbers)
     but for out and stream: the output is allocated (dtype out_dtype, default the inputs')
-    and the op runs on the current stream. Returns the output [B, Hv, Dv] and updates
-    `state` (and `conv_state`) in place. Traceable by torch.compile and torch.export,
-    capturable in CUDA graphs.""")
+    and the op runs on the current stream. Returns the output ([B, Hv, Dv]; with several
+    tokens a row [B, T, Hv, Dv], or [total_tokens, Hv, Dv] with cu_seqlens) and updates
+    `state` (and `conv_state`, and the intermediate buffers given) in place. Traceable by
+    torch.compile and torch.export, capturable in CUDA graphs.""")

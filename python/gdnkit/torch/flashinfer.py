@@ -72,19 +72,16 @@ output[n, t]. Where the states go:
     the state after token t goes to pool slot ssm_state_indices[n, t] and nothing else
     is written (the last token's slot holds the final state; output_state_indices is
     not used, as in FlashInfer).
-It runs as T chained one-token gdnkit steps with the slots doing the routing: the
-intermediate buffer (or a scratch copy of the B states, or the pool itself where the
-read and write slots allow it: same slots, or ssm_state_indices) is the pool the steps
-read and write, token t reading the block token t - 1 wrote; torch index ops gather the
-initial states and scatter the final ones, and nothing synchronizes with the device.
-The state is rounded to its dtype between tokens (a store and a reload), each token's
-output computed from the unrounded state, so the result is bitwise that of T one-token
-calls chained through the pool, which is gdnkit's multi-token semantics. Correct, not
-yet the single-read kernel: it reads and writes every row's state once per token (T
-reads and writes where FlashInfer's fused kernel reads once and writes once), and where
-the steps run outside the pool (intermediate_states_buffer, output_state_indices,
-disable_state_update) it also gathers the initial states and, unless
-disable_state_update, scatters the final ones: a few more passes over the B states.
+It is one gdnkit call, whose multi-token modes are these: initial_state_indices and
+output_state_indices are its read and write slots, intermediate_states_buffer its
+intermediate_states (a [B, T] view of the buffer's first B * T blocks),
+disable_state_update its update_state=False, ssm_state_indices its token_state_indices.
+The state is read once and kept across the row's tokens, rounded to its dtype after
+every token (a store and a reload) and each token's output computed from the unrounded
+state, so the result is bitwise that of T one-token calls chained through the pool on
+the same backend. Nothing synchronizes with the device. On a GPU, a call whose tokens do not fit one
+block's shared memory is refused (ValueError, nothing written; docs/operation.md,
+"Multi-token decode").
 
 Deliberate differences from FlashInfer:
   - Padding rows (a negative initial_state_indices entry) read and write no slot and
@@ -102,8 +99,10 @@ Deliberate differences from FlashInfer:
     redirects that write to slot 0.
   - An index >= the pool size is treated as padding (FlashInfer reads and writes out
     of bounds). A negative or out-of-range ssm_state_indices entry (FlashInfer does not
-    check them) stores nothing, and the row's later tokens then read no state: their
-    outputs are zero and they store nothing.
+    check them) stores nothing for that token; the row's other tokens run and store as
+    usual. Two rows may not write the same slot, nor one row write a slot another reads
+    (gdnkit's one-writer rule, counting every per-token slot): the host backend refuses
+    such a call, and on a GPU its result is unspecified, as with FlashInfer's kernels.
   - bfloat16 (and float16) states are rounded to their dtype after every token.
     FlashInfer's BF16 MTP kernels keep the state in float32 registers across the T
     tokens and round only what they store, so from the second token on their outputs
@@ -124,8 +123,8 @@ Deliberate differences from FlashInfer:
   - Without `output`, every call returns a new tensor. FlashInfer's gated_delta_rule
     (and its BF16 MTP kernel) return a buffer cached per shape that the next call of
     that shape overwrites.
-  - With `output`, each token's step computes into a temporary in `output`'s dtype and
-    copies it into `output` (one extra pass over B * HV * V elements a token).
+  - With `output`, the call computes into a temporary in `output`'s dtype and copies it
+    into `output` (one extra pass over the B * T * HV * V output elements).
   - Accepted beyond FlashInfer: float32, bfloat16 and float16 states on every entry
     (FlashInfer: float32 or bfloat16 with K = V = 128 for the pretranspose entry;
     float32 only for gated_delta_rule_decode and gated_delta_rule_mtp; bfloat16 only for
@@ -246,23 +245,6 @@ def _step(who, *, q, k, v, a, b, A_log, dt_bias, state, layout, read, write, sca
 
 # ---- several tokens per sequence ----------------------------------------------------------
 
-def _store(dst, dst_slots, ok, src, src_slots):
-    """dst[dst_slots[r]] = src[src_slots[r]] for every row r with ok[r]; the other rows
-    write nothing. Without a host synchronization the rows cannot be filtered, and
-    index_copy_ takes one source block per index, its result undefined where duplicate
-    indices carry different blocks: so each row that must not write repeats the first ok
-    row's copy (same index, same bits), and when no row is ok, every row copies block 0
-    of dst onto itself."""
-    first = ok.to(torch.int32).argmax().reshape(1)  # the first ok row, 0 when there is none
-    anyone = ok.any()
-    dst_slots = torch.where(ok, dst_slots, dst_slots.index_select(0, first))
-    src_slots = torch.where(ok, src_slots, src_slots.index_select(0, first))
-    dst_slots = torch.where(anyone, dst_slots, 0)
-    blocks = src.index_select(0, src_slots.clamp(0, src.shape[0] - 1))
-    blocks = torch.where(anyone, blocks, dst[0])
-    dst.index_copy_(0, dst_slots, blocks)
-
-
 def _intermediate_blocks(buffer, B, T, HV, V, K, dtype, who):
     """The buffer as [blocks, HV, V, K], block n * T + t holding row n's state after token
     t: FlashInfer's kernels address the buffer that way whatever its step count."""
@@ -282,8 +264,8 @@ def _intermediate_blocks(buffer, B, T, HV, V, K, dtype, who):
 
 def _tokens(who, *, q, k, v, a, b, A_log, dt_bias, pool, read, write, buffer, ssm, update,
             scale, use_qk_l2norm, output):
-    """T tokens per row over the V-major pool [pool_size, HV, V, K] as T chained one-token
-    gdnkit steps (see the module docstring); returns the output [B, T, HV, V]."""
+    """T tokens per row over the V-major pool [pool_size, HV, V, K] in one gdnkit call (see
+    the module docstring); read None: row n on slot n. Returns the output [B, T, HV, V]."""
     B, T, H, K, HV, V = _shape_bthd(q, v, who)
     scale = _scale_value(scale, K, who)
     _output_shape(output, (B, T, HV, V), who)
@@ -291,72 +273,35 @@ def _tokens(who, *, q, k, v, a, b, A_log, dt_bias, pool, read, write, buffer, ss
         if tuple(x.shape) != (B, T, HV):
             raise ValueError(f"{who}: expected {name} shape [{B}, {T}, {HV}], got "
                              f"{tuple(x.shape)}")
-    blocks = None
+    intermediate = None
     if buffer is not None:
+        # FlashInfer's block n * T + t of the flat buffer is gdnkit's [n, t] of a (B, T) view
         blocks = _intermediate_blocks(buffer, B, T, HV, V, K, pool.dtype, who)
+        intermediate = blocks[:B * T].view(B, T, HV, V, K)
     A_log, a, b, dt_bias = raw_gate_inputs(A_log, a, b, dt_bias, 1.0, 20.0, who)
-    out = output
-    if out is None:
-        out = torch.empty((B, T, HV, V), dtype=q.dtype, device=q.device)
+    out_dtype = q.dtype if output is None else output.dtype
     if B == 0:
-        return out
-    l2norm = _ops.RSQRT if use_qk_l2norm else _ops.NO_NORM
-
-    def step(t, state, read_t, write_t):
-        o = _ops.decode_kw(
-            q=_inner_contiguous(q[:, t]), k=_inner_contiguous(k[:, t]),
-            v=_inner_contiguous(v[:, t]), a=a[:, t], b=b[:, t], A_log=A_log, dt_bias=dt_bias,
-            state=state, state_indices=read_t, state_out_indices=write_t, layout=_ops.VK,
-            gate=_ops.RAW, l2norm=l2norm, scale=scale, out_dtype=out.dtype)
-        out[:, t].copy_(o)
-
-    slots = pool.shape[0]
-    rows = torch.arange(B, device=read.device)
-    same_slots = write is None
-    read = read.to(torch.int64)
-    write = read if write is None else write.to(device=read.device, dtype=torch.int64)
-    valid = (read >= 0) & (read < slots)  # gdnkit's padding rule: the row reads nothing
-
-    if ssm is not None:
-        # Token t reads the slot token t - 1 wrote; a padding row stays padding throughout.
-        per_token = ssm.to(device=read.device, dtype=torch.int64)
-        state, write_back = _packed_slots(pool)
-        for t in range(T):
-            read_t = read if t == 0 else torch.where(valid, per_token[:, t - 1], -1)
-            step(t, state, read_t, per_token[:, t].contiguous())
-        if write_back:
-            pool.copy_(state)
-        return out
-
-    if blocks is not None:
-        # The buffer is the pool of the steps: row n's initial state is copied into block
-        # n * T, token 0 steps it in place, token t reads block n * T + t - 1 and writes
-        # n * T + t. Padding rows copy nothing and their blocks are never written.
-        base = rows * T
-        _store(blocks, base, valid, pool, read)
-        for t in range(T):
-            step(t, blocks, torch.where(valid, base + max(t - 1, 0), -1),
-                 torch.where(valid, base + t, -1))
-        states, last = blocks, base + T - 1
-    elif update and same_slots:
-        # Read and write slots coincide: the tokens step the pool in place.
-        state, write_back = _packed_slots(pool)
-        for t in range(T):
-            step(t, state, read, None)
-        if write_back:
-            pool.copy_(state)
-        return out
-    else:
-        # The states must not reach the pool before the last token (disable_state_update,
-        # or write slots another row may still have to read): step a scratch copy.
-        states = pool.index_select(0, torch.where(valid, read, 0)).contiguous()
-        local = torch.where(valid, rows, -1)
-        for t in range(T):
-            step(t, states, local, None)
-        last = rows
-    if update:
-        _store(pool, write, valid & (write >= 0) & (write < slots), states, last)
-    return out
+        return torch.empty((B, T, HV, V), dtype=out_dtype, device=q.device) if output is None \
+            else output
+    # the library reads every index array of a call in one dtype: read's
+    if write is not None and read is not None and write.dtype != read.dtype:
+        write = write.to(read.dtype)
+    if ssm is not None:  # the per-token slots are the writes: output_state_indices unused
+        ssm = ssm.to(device=read.device, dtype=read.dtype).contiguous()
+        write = None
+    state, write_back = _packed_slots(pool)
+    o = _ops.decode_kw(
+        q=_inner_contiguous(q), k=_inner_contiguous(k), v=_inner_contiguous(v), a=a, b=b,
+        A_log=A_log, dt_bias=dt_bias, state=state, state_indices=read, state_out_indices=write,
+        token_state_indices=ssm, intermediate_states=intermediate, update_state=update,
+        num_tokens=T, layout=_ops.VK, gate=_ops.RAW,
+        l2norm=_ops.RSQRT if use_qk_l2norm else _ops.NO_NORM, scale=scale, out_dtype=out_dtype)
+    if write_back and update:
+        pool.copy_(state)
+    if output is None:
+        return o
+    output.copy_(o)
+    return output
 
 
 # ---- the entries ----------------------------------------------------------------------------
@@ -416,9 +361,7 @@ def gated_delta_rule_decode_pretranspose(
             raise ValueError(f"{who}: expected state shape [B={B}, HV={HV}, V={V}, K={K}], "
                              f"got {tuple(state.shape)}")
         target, read, write = state, None, None
-    if T > 1:
-        if read is None:  # the per-batch state is a pool of B slots, row n on slot n
-            read = torch.arange(B, device=target.device)
+    if T > 1:  # read None: the per-batch state is a pool of B slots, row n on slot n
         o = _tokens(who, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, pool=target,
                     read=read, write=write, buffer=intermediate_states_buffer, ssm=None,
                     update=not disable_state_update, scale=scale,

@@ -23,29 +23,47 @@ v [B, T, HV, V] with B*T = N sequences ([N, 1, ...]; with cu_seqlens [0, 1, ...,
 softplus_beta(a + dt_bias), beta = sigmoid(b); l2norm x * rsqrt(sum x^2 + 1e-6) when
 use_qk_l2norm_in_kernel.
 
-Several tokens per sequence (speculative decoding): ssm_state_indices [N, T] gives every
-token a slot. With cu_seqlens (q [1, total, H, K], rows of 0 to T tokens) or dense
-q [N, T, H, K], sequence n starts from slot ssm_state_indices[n, num_accepted_tokens[n] - 1]
-(column 0 without num_accepted_tokens), its tokens run in order, and token t's state goes
-to slot ssm_state_indices[n, t] (inplace_final_state=True). It runs as one gdnkit step per
-token position with the slots doing the routing, so the result is bitwise that of T
-one-token calls and nothing synchronizes with the device; it reads and writes the state
-once per token (the fused multi-token kernel, which reads it once, is not in gdnkit yet).
+Several tokens per sequence (speculative decoding), in one gdnkit call: dense q
+[N, T, H, K] (a, b [N, T, HV] or [N*T, HV]), or with cu_seqlens q [1, total, H, K] (a, b
+[total, HV]) holding rows of 0 to T tokens, T the columns of ssm_state_indices (without
+it, the packed tokens), at most 16. Sequence n's tokens run in order on its state:
+  - inplace_final_state=True: ssm_state_indices [N, T] gives every token a slot; sequence
+    n starts from slot ssm_state_indices[n, num_accepted_tokens[n] - 1] (column 0 without
+    num_accepted_tokens) and token t's state goes to slot ssm_state_indices[n, t] (a
+    negative entry stores nothing). These are gdnkit's token_state_indices and
+    num_accepted_tokens, passed through unchanged.
+  - inplace_final_state=False: the pool is not written; final_state is a new tensor
+    [total tokens, HV, ...] (dense: [N*T, ...]) holding the state after every token at
+    that token's position, as vLLM's kernel writes it. The N initial states (from the
+    same slots as in place, or slot n without ssm_state_indices; zeros without
+    initial_state) are copied into a pool behind those positions, which gdnkit's
+    per-token slots then fill: one copy of N states besides the call.
+The state is rounded to its dtype after every token (a store and a reload), each token's
+output computed from the unrounded state, so the result is bitwise that of T one-token
+calls chained through the pool on the same backend. Nothing synchronizes with the device: cu_seqlens (every
+row within q, at most T tokens) is checked by torch's asynchronous assert, as for one
+token below. On a GPU, a call whose tokens do not fit one block's shared memory is
+refused (ValueError, nothing written; docs/operation.md, "Multi-token decode").
 
 Differences: padding rows get a zero output row (vLLM leaves them unwritten); a sequence
-whose first slot is padding has every token's output zero; without ssm_state_indices
-row n uses slot n. Not supported (NotImplementedError): several tokens per sequence
-without 2-D ssm_state_indices or with inplace_final_state=False, is_kda=True,
-per-channel beta, retrieve_parent_token (EAGLE trees), softplus thresholds below 15.
-With one token per sequence (1-D ssm_state_indices) cu_seqlens must be [0, 1, ..., N]:
-anything else fails torch's asynchronous assert (at once on the CPU, at the stream's
-next synchronization on a GPU, before the step writes anything), so the call never
-synchronizes with the device and never returns a silently wrong result.
+whose first slot is padding has every token's output zero and stores nothing; without
+ssm_state_indices row n uses slot n (vLLM reads the slot of the row's first token
+position out of place, and needs the table in place); num_accepted_tokens outside [1, T]
+makes the sequence padding (vLLM reads whatever the table holds there); out of place with
+dense q and N > 1, final_state has N*T entries (vLLM allocates T and writes past them);
+entries of final_state for padding sequences are left uninitialized, as vLLM leaves them.
+Not supported (NotImplementedError): several tokens per sequence in place without 2-D
+ssm_state_indices, a 1-D table with several tokens, is_kda=True, per-channel beta,
+retrieve_parent_token (EAGLE trees), softplus thresholds below 15. With one token per
+sequence (1-D ssm_state_indices, as many tokens as sequences) cu_seqlens must be [0, 1,
+..., N]: anything else fails torch's asynchronous assert (at once on the CPU, at the
+stream's next synchronization on a GPU, before the step writes anything), so the call
+never synchronizes with the device and never returns a silently wrong result.
 """
 import torch
 
 from . import _ops
-from ._gates import check_unit_cu_seqlens, flat_indices, raw_gate_inputs
+from ._gates import check_packed_rows, check_unit_cu_seqlens, flat_indices, raw_gate_inputs
 
 _WHO = "fused_sigmoid_gating_delta_rule_update"
 _WHO_RECURRENT = "fused_recurrent_gated_delta_rule (vLLM)"
@@ -105,94 +123,122 @@ def _slots(ssm_state_indices, num_accepted_tokens, null_block_id, who):
 
 
 def _several_tokens(k, cu_seqlens, ssm_state_indices):
-    """Whether the call verifies several tokens per sequence (speculative decoding)."""
+    """Whether the call verifies several tokens per sequence (speculative decoding): dense
+    q [N, T > 1, ...], a table of several slots per sequence, or packed rows whose token
+    count is not the number of sequences."""
     if cu_seqlens is None:
         return k.shape[1] > 1
-    return ssm_state_indices is not None and ssm_state_indices.ndim == 2 and ssm_state_indices.shape[1] > 1
+    if ssm_state_indices is not None and ssm_state_indices.ndim == 2 and ssm_state_indices.shape[1] > 1:
+        return True
+    return k.shape[0] * k.shape[1] != cu_seqlens.shape[0] - 1
+
+
+def _index_like(x, ref):
+    """x as a contiguous index vector in ref's dtype (the library reads every index array
+    of a call in one dtype)."""
+    x = x.reshape(-1)
+    return x if x.dtype == ref.dtype and x.is_contiguous() else x.to(ref.dtype).contiguous()
 
 
 def _decode_tokens(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_state,
                    inplace_final_state, cu_seqlens, ssm_state_indices, num_accepted_tokens,
                    l2norm, layout, null_block_id):
-    """Several tokens per sequence, as vLLM's spec decode: token t of sequence n runs on the
-    state token t - 1 left, reading slot ssm_state_indices[n, num_accepted_tokens[n] - 1]
-    first (column 0 without num_accepted_tokens) and writing token t's state to
-    ssm_state_indices[n, t]. Run as one gdnkit step per token position, the slots doing the
-    routing: bitwise the result of T one-token calls, with no host synchronization (a token
-    a sequence does not have becomes a padding row of that step). Costs a state read and
-    write per token, where a fused multi-token kernel would read the state once."""
-    if not inplace_final_state:
-        raise NotImplementedError(f"{who}: several tokens per sequence need inplace_final_state=True")
-    if initial_state is None:
-        raise ValueError(f"{who}: several tokens per sequence need initial_state (the state pool)")
-    if ssm_state_indices is None or ssm_state_indices.ndim != 2:
-        raise NotImplementedError(
-            f"{who}: several tokens per sequence need ssm_state_indices [N, T] (one slot per token)")
-    N, T = ssm_state_indices.shape
+    """Several tokens per sequence, as vLLM's spec decode, in one gdnkit call (see the module
+    docstring): in place through the per-token slots of ssm_state_indices, or out of place
+    into a new tensor of one state per token."""
     H, K = k.shape[-2:]
     HV, V = v.shape[-2:]
     dev = q.device
+    idx = ssm_state_indices
+    if idx is not None and idx.ndim != 2:
+        # vLLM reads slot i_t of a 1-D table as the next sequence's entry: not meaningful
+        raise NotImplementedError(
+            f"{who}: several tokens per sequence need ssm_state_indices [N, T] (one slot per "
+            f"token)")
     if cu_seqlens is None:
-        B, Tq = k.shape[0], k.shape[1]
-        if B != N or Tq > T:
-            raise ValueError(f"{who}: q [B, T] = [{B}, {Tq}] does not fit ssm_state_indices "
-                             f"{tuple(ssm_state_indices.shape)}")
-        total = B * Tq
-        starts = torch.arange(N, device=dev) * Tq
-        lengths = torch.full((N,), Tq, device=dev)
+        N, T = k.shape[0], k.shape[1]
+        total = N * T
+        if idx is not None and (idx.shape[0] != N or idx.shape[1] < T):
+            raise ValueError(f"{who}: q [B, T] = [{N}, {T}] does not fit ssm_state_indices "
+                             f"{tuple(idx.shape)}")
     else:
         if k.shape[0] != 1:
             raise ValueError(
                 f"The batch size is expected to be 1 rather than {k.shape[0]} when using "
                 f"`cu_seqlens`. Please flatten variable-length inputs before processing.")
-        if cu_seqlens.shape[0] - 1 != N:
-            raise ValueError(f"{who}: cu_seqlens has {cu_seqlens.shape[0] - 1} sequences, "
-                             f"ssm_state_indices {N}")
+        N = cu_seqlens.shape[0] - 1
         total = k.shape[1]
-        starts = cu_seqlens[:-1].to(torch.int64)
-        lengths = cu_seqlens[1:].to(torch.int64) - starts
-        # a token past a row's T slots, or outside q, would be dropped: refused (no host sync)
-        torch._assert_async(((lengths >= 0) & (lengths <= T)).all() & (cu_seqlens[0] == 0)
-                            & (cu_seqlens[-1] == total),
-                            f"{who}: cu_seqlens must rise from 0 to {total} by at most {T} "
-                            f"tokens a sequence (the columns of ssm_state_indices)")
-    if scale is None:
-        scale = K**-0.5
-    idx = ssm_state_indices if ssm_state_indices.dtype in (torch.int32, torch.int64) \
-        else ssm_state_indices.to(torch.int32)
-    if null_block_id is not None:
-        idx = torch.where(idx <= null_block_id, -1, idx)
-    if num_accepted_tokens is None:
-        first = idx[:, 0]
+        if idx is not None and idx.shape[0] != N:
+            raise ValueError(f"{who}: cu_seqlens has {N} sequences, ssm_state_indices "
+                             f"{idx.shape[0]}")
+        # T bounds every row; the table's columns are the slots a row may use
+        T = min(idx.shape[1] if idx is not None else max(total, 1), _ops.MAX_TOKENS)
+        check_packed_rows(cu_seqlens, total, T, who)
+    if idx is not None:
+        if idx.dtype not in (torch.int32, torch.int64):
+            idx = idx.to(torch.int32)
+        if null_block_id is not None:  # releases that mark padding with a null slot (<= id)
+            idx = torch.where(idx <= null_block_id, -1, idx)
+    step = dict(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, layout=layout,
+                gate=gate, l2norm=l2norm, scale=float(scale), out_dtype=q.dtype, num_tokens=T)
+
+    if inplace_final_state:
+        if initial_state is None:
+            raise ValueError(f"{who}: inplace_final_state=True needs initial_state (the state "
+                             f"pool)")
+        if idx is None:
+            raise NotImplementedError(
+                f"{who}: several tokens per sequence in place need ssm_state_indices [N, T] "
+                f"(one slot per token)")
+        # The library's per-token slots are vLLM's: read slot idx[n, num_accepted[n] - 1],
+        # token t's state to slot idx[n, t].
+        o = _ops.decode_kw(
+            **step, state=initial_state, token_state_indices=idx,
+            num_accepted_tokens=None if num_accepted_tokens is None
+            else _index_like(num_accepted_tokens, idx),
+            cu_seqlens=None if cu_seqlens is None else _index_like(cu_seqlens, idx))
+        return o.reshape(v.shape), initial_state
+
+    # Out of place: vLLM's final_state holds the state after every token at the token's
+    # position ([total tokens, HV, ...]). One pool of total + N slots: the N initial states
+    # copied behind the per-token slots, row n reading slot total + n and writing token t
+    # to slot (start of row n) + t. Positions past a row's tokens are never consulted.
+    slot_shape = ((HV, V, K) if layout == _ops.VK else (HV, K, V)) if initial_state is None \
+        else tuple(initial_state.shape[1:])
+    dtype = torch.float32 if initial_state is None else initial_state.dtype
+    pool = torch.empty((total + N, *slot_shape), dtype=dtype, device=dev)
+    rows = torch.arange(N, device=dev)
+    if initial_state is None:
+        pool[total:].zero_()
+        read = rows + total
     else:
-        first = torch.gather(idx, 1, (num_accepted_tokens.to(torch.int64) - 1).reshape(-1, 1))[:, 0]
-    live = first >= 0  # a sequence whose first slot is padding is skipped whole
-    qf, kf = q.reshape(total, H, K), k.reshape(total, H, K)
-    vf = v.reshape(total, HV, V)
-    af, bf = a.reshape(total, -1), b.reshape(total, -1)
-    out = torch.zeros(total + 1, HV, V, dtype=q.dtype, device=dev)  # row `total`: absent tokens
-    sink = torch.full_like(starts, total)
-    none = torch.full_like(first, -1)
-    for t in range(T):
-        present = (lengths > t) & live
-        src = torch.clamp(starts + t, max=max(total - 1, 0))
-        read = torch.where(present, first if t == 0 else idx[:, t - 1], none)
-        write = idx[:, t].contiguous()
-        o_t = _ops.decode_kw(
-            q=qf.index_select(0, src), k=kf.index_select(0, src), v=vf.index_select(0, src),
-            a=af.index_select(0, src), b=bf.index_select(0, src), A_log=A_log, dt_bias=dt_bias,
-            state=initial_state, state_indices=read.contiguous(), state_out_indices=write,
-            layout=layout, gate=gate, l2norm=l2norm, scale=float(scale), out_dtype=q.dtype)
-        out.index_copy_(0, torch.where(present, starts + t, sink), o_t.reshape(N, HV, V))
-    return out[:total].reshape(v.shape), initial_state
+        if idx is None:
+            src = rows
+        else:
+            col = torch.zeros_like(rows) if num_accepted_tokens is None \
+                else num_accepted_tokens.to(dev, torch.int64).reshape(-1) - 1
+            ok = (col >= 0) & (col < T)  # num_accepted_tokens in [1, T], as in place
+            src = torch.where(ok, torch.gather(idx.to(torch.int64), 1,
+                                               col.clamp(0, T - 1).reshape(-1, 1))[:, 0], -1)
+        live = (src >= 0) & (src < initial_state.shape[0])
+        pool[total:] = initial_state.index_select(0, torch.where(live, src, 0))
+        read = torch.where(live, rows + total, -1)
+    starts = rows * T if cu_seqlens is None else cu_seqlens[:-1].to(torch.int64)
+    per_token = starts[:, None] + torch.arange(T, device=dev)[None, :]
+    o = _ops.decode_kw(**step, state=pool, state_indices=read, token_state_indices=per_token,
+                       cu_seqlens=None if cu_seqlens is None else cu_seqlens.to(torch.int64))
+    return o.reshape(v.shape), pool[:total]
 
 
 def _decode(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_state,
             inplace_final_state, cu_seqlens, ssm_state_indices, num_accepted_tokens,
             use_qk_l2norm_in_kernel, state_layout, null_block_id):
+    if scale is not None:
+        assert scale > 0, "scale must be positive"
     if _several_tokens(k, cu_seqlens, ssm_state_indices):
         return _decode_tokens(
-            who, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, gate=gate, scale=scale,
+            who, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, gate=gate,
+            scale=k.shape[-1]**-0.5 if scale is None else scale,
             initial_state=initial_state, inplace_final_state=inplace_final_state,
             cu_seqlens=cu_seqlens, ssm_state_indices=ssm_state_indices,
             num_accepted_tokens=num_accepted_tokens,
@@ -203,8 +249,6 @@ def _decode(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_state,
     HV, V = v.shape[-2], v.shape[-1]
     if scale is None:
         scale = K**-0.5
-    else:
-        assert scale > 0, "scale must be positive"
     layout = _layout_id(state_layout)
     l2norm = _ops.RSQRT if use_qk_l2norm_in_kernel else _ops.NO_NORM
     read_idx, write_idx = _slots(ssm_state_indices, num_accepted_tokens, null_block_id, who)
@@ -258,7 +302,7 @@ def fused_sigmoid_gating_delta_rule_update(
     state_layout="vk",
     null_block_id=None,
 ):
-    """vLLM's signature and semantics for T = 1 per sequence; returns (o, final_state)."""
+    """vLLM's signature and semantics, one or several tokens per sequence; returns (o, final_state)."""
     if is_kda:
         raise NotImplementedError(f"{_WHO}: is_kda=True (per-channel KDA gates) is not supported by gdnkit")
     A_log, a, b, dt_bias = raw_gate_inputs(A_log, a, b, dt_bias, beta, threshold, _WHO)
@@ -289,7 +333,7 @@ def fused_recurrent_gated_delta_rule(
     null_block_id=None,
 ):
     """vLLM's fused_recurrent_gated_delta_rule (g in log space and beta precomputed, continuous
-    batching over a state pool) for T = 1 per sequence; returns (o, final_state)."""
+    batching over a state pool), one or several tokens per sequence; returns (o, final_state)."""
     if retrieve_parent_token is not None:
         raise NotImplementedError(f"{_WHO_RECURRENT}: retrieve_parent_token (EAGLE trees) is not supported by gdnkit")
     if beta is None:
