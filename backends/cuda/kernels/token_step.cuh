@@ -353,14 +353,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) decode_tokens_ke
         if (m < 2 * Dk) {
           const bool isq = m < Dk;
           const int c = isq ? m : m - Dk;
-          src = (isq ? q : k) + tok(0, isq ? p.q_batch_stride : p.k_batch_stride, 0) +
+          src = (isq ? q : k) + tok(0, isq ? p.q_batch_stride : p.k_batch_stride, isq ? p.q_token_stride : p.k_token_stride) +
                 int64_t(hk) * (isq ? p.q_head_stride : p.k_head_stride) + c;
           ts = isq ? p.q_token_stride : p.k_token_stride;
           dst = (isq ? qn : kn) + c;
           ds = Dk;
         } else {
           const int gc = lo + m - 2 * Dk, g = gc / Dv;
-          src = v + tok(0, p.v_batch_stride, 0) + int64_t(group_head(p, hk, g, G)) * p.v_head_stride + (gc - g * Dv);
+          src = v + tok(0, p.v_batch_stride, p.v_token_stride) + int64_t(group_head(p, hk, g, G)) * p.v_head_stride + (gc - g * Dv);
           ts = p.v_token_stride;
           dst = vs + (m - 2 * Dk);
           ds = vcols;
