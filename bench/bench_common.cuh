@@ -89,8 +89,11 @@ struct Set {
 // destination stays in L2 across calls (the whole of it up to B = 8 fp32),
 // so its writes mostly never reach DRAM in the timed window, which a state
 // written in place cannot avoid.
+// `in_place_us` alone is the in-place floor: every state element read and
+// written back in place by the copy kernel (16-byte accesses, the grid sized
+// to the GPU), the traffic of a step that updates the state in place.
 struct CopyFloor {
-  double us, warm_dst_us;
+  double us, warm_dst_us, in_place_us;
 };
 
 // Median time per call over kReplays replays (after one warm-up) of a graph
@@ -281,7 +284,7 @@ struct Bed {
     });
     const double in_place = time_graph(g, n);
     cudaGraphExecDestroy(g);
-    return CopyFloor{std::min(rotating, in_place), warm};
+    return CopyFloor{std::min(rotating, in_place), warm, in_place};
   }
   double copy_floor_us() { return copy_floor().us; }
 };
