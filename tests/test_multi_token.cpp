@@ -46,7 +46,8 @@ struct Variant {
 
 // Small heads for every state dtype, layout and fused stage; then the tuned
 // head dim at G = 2 and Dk != Dv both ways (a transposed layout shows), with
-// the 16-bit inputs engines pass, so a GPU backend runs its real geometry.
+// the 16-bit inputs engines pass, so a GPU backend runs its real geometry;
+// then many v-heads a k-head.
 constexpr Variant kVariants[] = {
     {2, 4, 32, 32, DType::kF32, DType::kF32, DType::kF32, Layout::kVK, 0, false},
     {2, 4, 32, 32, DType::kF32, DType::kF32, DType::kF32, Layout::kKV, 0, false},
@@ -58,6 +59,8 @@ constexpr Variant kVariants[] = {
     {2, 4, 128, 128, DType::kBF16, DType::kF32, DType::kBF16, Layout::kKV, 0, false},
     {2, 4, 64, 128, DType::kBF16, DType::kBF16, DType::kF16, Layout::kVK, 2, false},
     {1, 4, 128, 64, DType::kF16, DType::kF16, DType::kBF16, Layout::kKV, 0, true},
+    // 64 v-heads a k-head: at T = 8 more (token, head) gates than a GPU block has threads
+    {1, 64, 16, 16, DType::kBF16, DType::kBF16, DType::kF32, Layout::kVK, 0, false},
 };
 
 std::string describe(const Variant& v) {

@@ -167,13 +167,14 @@ __device__ __forceinline__ void token_conv(const DecodeParams& p, const TokenRow
   }
 }
 
-// The kernel. Phases: (0) the block's first unit's state into registers;
+// The kernel. Phases: (0) the block's first round of units' state into registers;
 // (1) every token's q, k, v (or the conv prologue's outputs), gates and write
 // slots into shared memory; (2) each token's q and k l2-normalized by the
 // layout's lanes, as the one-token kernels do; (3) the units, each read once
-// and run through every token; (4) the norm epilogue per token and head.
+// and run through every token, kU at a time; (4) the norm epilogue per token and head.
 template <typename Tr>
-__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) decode_tokens_kernel(const __grid_constant__ TokenArgs args) {
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
+    decode_tokens_kernel(const __grid_constant__ TokenArgs args) {
   using T = typename Tr::State;
   using V = Vec<T>;
   constexpr int kDk = Tr::kDkCap, kCols = Tr::kCols, kWarps = Tr::kWarps;
@@ -319,7 +320,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) decode_tokens_ke
 
   // ---- 1. the tokens' inputs into shared memory: every load of a thread
   // issued before any is used (one memory latency, not one a loop trip)
-  const bool gate_thread = tid < nt * G;  // (nt G <= 16 x 8: one a thread)
+  // (gates of (token, head) pair tid; pairs past the block's threads, G > 16
+  // at T = 16, come after the staging)
+  const bool gate_thread = tid < nt * G;
   const int gt_t = gate_thread ? tid / G : 0, gt_h = group_head(p, hk, gate_thread ? tid - gt_t * G : 0, G);
   float ga = 0.0f, gb = 0.0f;
   if (gate_thread) {
@@ -353,15 +356,15 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) decode_tokens_ke
         if (m < 2 * Dk) {
           const bool isq = m < Dk;
           const int c = isq ? m : m - Dk;
-          src = (isq ? q : k) + tok(0, isq ? p.q_batch_stride : p.k_batch_stride, isq ? p.q_token_stride : p.k_token_stride) +
-                int64_t(hk) * (isq ? p.q_head_stride : p.k_head_stride) + c;
           ts = isq ? p.q_token_stride : p.k_token_stride;
+          src = (isq ? q : k) + tok(0, isq ? p.q_batch_stride : p.k_batch_stride, ts) +
+                int64_t(hk) * (isq ? p.q_head_stride : p.k_head_stride) + c;
           dst = (isq ? qn : kn) + c;
           ds = Dk;
         } else {
           const int gc = lo + m - 2 * Dk, g = gc / Dv;
-          src = v + tok(0, p.v_batch_stride, p.v_token_stride) + int64_t(group_head(p, hk, g, G)) * p.v_head_stride + (gc - g * Dv);
           ts = p.v_token_stride;
+          src = v + tok(0, p.v_batch_stride, ts) + int64_t(group_head(p, hk, g, G)) * p.v_head_stride + (gc - g * Dv);
           dst = vs + (m - 2 * Dk);
           ds = vcols;
         }
@@ -381,11 +384,19 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) decode_tokens_ke
       token_conv<decltype(tag)>(p, r, b, hk, G, slots, qn, kn, vs, vcols);
     });
   }
+  const bool raw = p.gate == Gate::kRaw;
   if (gate_thread) {
-    const bool raw = p.gate == Gate::kRaw;
     const Gates gt = gates_of(p, ga, gb, raw ? p.A_log[gt_h] : 0.0f, raw ? p.dt_bias[gt_h] : 0.0f);
     dec[tid] = gt.decay;
     bet[tid] = gt.beta;
+  }
+  for (int i = tid + Tr::kThreads; i < nt * G; i += Tr::kThreads) {
+    const int t = i / G, h = group_head(p, hk, i - t * G, G);
+    const Gates gt = gates_of(p, load_small(p.a, p.ab_dtype, tok(t, p.a_batch_stride, p.a_token_stride) + h),
+                              load_small(p.b, p.ab_dtype, tok(t, p.b_batch_stride, p.b_token_stride) + h),
+                              raw ? p.A_log[h] : 0.0f, raw ? p.dt_bias[h] : 0.0f);
+    dec[i] = gt.decay;
+    bet[i] = gt.beta;
   }
   __syncthreads();
 
@@ -554,7 +565,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) decode_tokens_ke
     }
 #pragma unroll
     for (int k = 0; k < kU; ++k)
-      if (ok[k] && r.s_out >= 0) store_unit(ub + k * u_stride, pool + r.s_out * p.state_slot_stride + int64_t(h[k]) * head_elems, s[k]);
+      if (ok[k] && r.s_out >= 0)
+        store_unit(ub + k * u_stride, pool + r.s_out * p.state_slot_stride + int64_t(h[k]) * head_elems, s[k]);
   }
 
   // ---- 4. the gated RMSNorm of each (token, head), the fused kernels' order:
