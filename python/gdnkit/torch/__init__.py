@@ -25,12 +25,18 @@ Drop-in wrappers with the signatures of the kernels they replace:
     gdnkit.torch.fla.fused_recurrent_gated_delta_rule (one or several tokens, varlen too)
     gdnkit.torch.flashinfer.gated_delta_rule_decode_pretranspose / gated_delta_rule_decode /
         gated_delta_rule (the bf16-state entry) / gated_delta_rule_mtp (several tokens)
+
+Hugging Face transformers (Qwen3-Next, Qwen3.5): patch_transformers(model) runs every
+single-token decode step of the model's GatedDeltaNet layers (conv1d update, recurrent
+step, gated RMSNorm) as one gdnkit call; gdnkit.torch.transformers says what it replaces.
 """
 from ._ops import decode_kw as decode  # and registers torch.ops.gdnkit.*
 from ._ops import fused_deltanet_decode, fused_deltanet_decode_  # noqa: F401
 from . import executorch, fla, flashinfer, sglang, vllm  # noqa: E402,F401
 from .fla import fused_recurrent_gated_delta_rule  # noqa: E402,F401
 from .vllm import fused_sigmoid_gating_delta_rule_update  # noqa: E402,F401
+from . import transformers  # noqa: E402,F401  (imports Hugging Face's package only when patching)
+from .transformers import patch_transformers  # noqa: E402,F401
 
 
 def register_triton_alias():
@@ -47,9 +53,11 @@ __all__ = [
     "fused_sigmoid_gating_delta_rule_update",
     "fused_recurrent_gated_delta_rule",
     "register_triton_alias",
+    "patch_transformers",
     "executorch",
     "vllm",
     "sglang",
     "fla",
     "flashinfer",
+    "transformers",
 ]
