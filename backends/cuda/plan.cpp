@@ -399,7 +399,7 @@ Io select_io(const DecodeParams& p) {
 // layouts. A block takes units (vk items, kv tiles) of one group (row, k-head
 // and its G v-heads): the whole group when the conv or the norm is on (the conv
 // windows of q and k and a head's norm need it), else one round of units
-// (kTokenUnits a vk warp, or a kv block), so that a row's heads spread over the SMs.
+// (traits::token_units a vk warp, or a kv block), so that a row's heads spread over the SMs.
 namespace {
 struct TokenShape {
   int cols, units_per_head, units_per_block, parts, vcols;
