@@ -96,16 +96,16 @@ struct CopyFloor {
   double us, warm_dst_us, in_place_us;
 };
 
-// Median time per call over kReplays replays (after one warm-up) of a graph
+// Median time per call over `replays` replays (after one warm-up) of a graph
 // of `calls` calls on `stream`, in µs.
-inline double graph_us(cudaStream_t stream, cudaGraphExec_t exec, int calls) {
+inline double graph_us(cudaStream_t stream, cudaGraphExec_t exec, int calls, int replays = kReplays) {
   cudaEvent_t t0, t1;
   GDN_BENCH_CHECK(cudaEventCreate(&t0));
   GDN_BENCH_CHECK(cudaEventCreate(&t1));
   GDN_BENCH_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
   GDN_BENCH_CHECK(cudaStreamSynchronize(stream));
   std::vector<double> us;
-  for (int r = 0; r < kReplays; ++r) {
+  for (int r = 0; r < replays; ++r) {
     GDN_BENCH_CHECK(cudaEventRecord(t0, stream));
     GDN_BENCH_CHECK(cudaGraphLaunch(exec, stream));
     GDN_BENCH_CHECK(cudaEventRecord(t1, stream));

@@ -149,31 +149,6 @@ struct TSet {
   void* inter{nullptr};  // (B, T, one slot), mode (b) only
 };
 
-// Median time per call over `replays` replays (after one warm-up) of a graph
-// of `calls` calls, in µs (graph_us of bench_common with the replay count a
-// parameter).
-double median_us(cudaStream_t stream, cudaGraphExec_t exec, int calls, int replays = kReplays) {
-  cudaEvent_t t0, t1;
-  GDN_BENCH_CHECK(cudaEventCreate(&t0));
-  GDN_BENCH_CHECK(cudaEventCreate(&t1));
-  GDN_BENCH_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
-  GDN_BENCH_CHECK(cudaStreamSynchronize(stream));
-  std::vector<double> us;
-  for (int r = 0; r < replays; ++r) {
-    GDN_BENCH_CHECK(cudaEventRecord(t0, stream));
-    GDN_BENCH_CHECK(cudaGraphLaunch(exec, stream));
-    GDN_BENCH_CHECK(cudaEventRecord(t1, stream));
-    GDN_BENCH_CHECK(cudaEventSynchronize(t1));
-    float ms = 0;
-    GDN_BENCH_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-    us.push_back(1e3 * double(ms) / calls);
-  }
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
-
 void check(const gdn::Status& st, const TShape& s, const char* what) {
   if (st.ok()) return;
   std::fprintf(stderr, "bench_tokens: gdn::decode failed (%s, %s): %s: %s\n", what, label(s).c_str(),
@@ -348,7 +323,7 @@ struct TokenBed {
   double time(Enqueue&& enqueue) {
     const int n = calls();
     cudaGraphExec_t g = capture(n, enqueue);
-    const double us = median_us(stream, g, n);
+    const double us = graph_us(stream, g, n);
     GDN_BENCH_CHECK(cudaGraphExecDestroy(g));
     return us;
   }
