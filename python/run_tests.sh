@@ -3,7 +3,10 @@
 # `pip install .` into a fresh virtual environment of Debian's python3 (which sees
 # Debian's numpy), then run pytest on python/tests. The build tools come from PyPI
 # into that venv; the build itself (--no-build-isolation) downloads nothing.
-# Without a GPU the torch tests skip; without torch (CI) the test_torch_*.py files skip whole.
+# torch and transformers come from PyPI too (about 2 minutes, 5.5 GB: PyPI's Linux torch
+# carries its CUDA libraries), so that the torch ops, the drop-ins and the transformers
+# integration are tested on the CPU; their CUDA tests skip without a GPU. GDNKIT_TEST_TORCH=0
+# leaves torch out (the test_torch_*.py and transformers files then skip whole).
 #
 #   bash python/run_tests.sh [pytest args...]     (PYTHON=/path/to/python3 to pick another)
 set -euo pipefail
@@ -18,6 +21,9 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 "${pip[@]}" install -q "scikit-build-core>=0.10" "nanobind>=2.0" pytest
 # numpy arrays of bfloat16 (optional): 0.4 is the last ml_dtypes for Debian 12's numpy 1.24.
 "${pip[@]}" install -q "ml_dtypes<0.5" || echo "python/run_tests.sh: no ml_dtypes, its test will skip"
+if [ "${GDNKIT_TEST_TORCH:-1}" != 0 ]; then
+  "${pip[@]}" install -q --no-cache-dir torch transformers
+fi
 echo "python/run_tests.sh: venv ready in $(( $(date +%s) - start )) s"
 
 "${pip[@]}" install --no-build-isolation .

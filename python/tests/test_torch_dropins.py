@@ -965,7 +965,7 @@ def test_cuda_graph_several_tokens_dropins():
     t = spec_inputs("cuda", N=N, T=T, lengths=[3, 2], K=128, V=128, slots=8, seed=37)
     d = spec_inputs("cuda", N=N, T=T, K=128, V=128, slots=4, seed=38)
     f = fla_inputs("cuda", B=1, T=5, H=2, HV=4, K=128, V=128, seed=39)
-    f_h0 = f["h0"][:2].clone()
+    f_h0 = fla_inputs("cuda", B=2, T=1, H=2, HV=4, K=128, V=128, seed=40)["h0"]  # one per sequence
     table = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32, device="cuda")
     acc = torch.tensor([1, 2], dtype=torch.int32, device="cuda")
     idx = torch.tensor([1, 3], dtype=torch.int32, device="cuda")

@@ -91,9 +91,16 @@ def generate(model, ids):
     return out.sequences, torch.stack(out.logits)
 
 
+CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU"))
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_greedy_generate_matches(family):
+def test_greedy_generate_matches(family, device):
+    """On CUDA transformers' own path is its torch code or FLA's kernels, whichever is installed;
+    float32 matmuls there run without TF32 (torch's default), so the float32 bound holds."""
     model, ids = build(family)
+    model, ids = model.to(device), ids.to(device)
     tokens_ref, logits_ref = generate(model, ids)
     with gt.patch_transformers(model) as patch:
         tokens, logits = generate(model, ids)
