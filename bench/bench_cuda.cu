@@ -11,7 +11,11 @@
 // - median of >= 10 graph replays.
 //
 // Also the unfused baseline (the pre-fusion sequence of simple kernels, see
-// unfused_baseline.cuh) at the same shapes, so the fusion gain is measured.
+// unfused_baseline.cuh) at the same shapes, so the fusion gain is measured;
+// and double-buffered pools (state_out_indices: read one slot, write
+// another), beside the in-place step through the same indices, with the floor
+// of that traffic ("2-slot"). `--benchmark_filter=double` runs those rows
+// alone.
 #include <benchmark/benchmark.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -46,10 +50,14 @@ struct Row {
   std::string what;
   double us, copy_us, warm_copy_us, in_place_us;
   double gbps;
+  double two_slot_us;  // the 2-slot floor (double-buffer pools only), else 0
 };
 std::vector<Row> g_rows;
 
-void report(benchmark::State& st, Bed& bed, const std::string& what, double us, const CopyFloor& copy) {
+// `case_label`: the row's case, label(bed.s) when empty. `two_slot_us`: the
+// 2-slot floor of a double-buffer pool (see DoubleBed), 0 for other beds.
+void report(benchmark::State& st, Bed& bed, const std::string& what, double us, const CopyFloor& copy,
+            const std::string& case_label = {}, double two_slot_us = 0) {
   const double gbps = 2.0 * double(bed.state_bytes) / (us * 1e-6) / 1e9;
   st.counters["copy_us"] = copy.us;
   st.counters["ratio"] = us / copy.us;
@@ -57,7 +65,12 @@ void report(benchmark::State& st, Bed& bed, const std::string& what, double us, 
   st.counters["in_place_us"] = copy.in_place_us;
   st.counters["in_place_ratio"] = us / copy.in_place_us;
   st.counters["GB/s"] = gbps;
-  g_rows.push_back({what + "  " + label(bed.s), us, copy.us, copy.warm_dst_us, copy.in_place_us, gbps});
+  if (two_slot_us > 0) {
+    st.counters["two_slot_us"] = two_slot_us;
+    st.counters["two_slot_ratio"] = us / two_slot_us;
+  }
+  g_rows.push_back({what + "  " + (case_label.empty() ? label(bed.s) : case_label), us, copy.us, copy.warm_dst_us,
+                    copy.in_place_us, gbps, two_slot_us});
 }
 
 // Time one way of doing the step (fused or unfused) against the copy floor of the same bed.
@@ -98,6 +111,151 @@ void BM_Unfused(benchmark::State& st, Shape shape) {
   });
 }
 
+// ---- Double-buffered pools -------------------------------------------------
+// An engine that affords two slots per sequence steps from one to the other
+// (read slot s, write slot s' != s; the next step back). A pair of rows per
+// shape, on one bed and against one set of floors:
+// - every rotating set's pool has 2B slots; row b reads slot
+//   in[b] = (b * 7919) % B, a permutation of [0, B) (B a power of two; the
+//   indexed rows' stride, kept in the first half), and the double-buffered
+//   row writes slot in[b] + B, in the other half; the in-place row reads and
+//   writes in[b]. No padding rows: every row moves the bytes the floors move.
+//   The index arrays (in, then out) are per set, cold like the indexed rows'.
+// - the sets total kRotateBytes or more counting only the bytes a call
+//   touches: both halves for the double-buffered step (Bed's own count), the
+//   read half for the in-place one (so the bed takes the sets of further beds
+//   of the shape when Bed's count is short).
+// - besides the bed's floors, the 2-slot floor: the fastest of cudaMemcpyAsync
+//   and the floor's copy kernel copying each set's read half into its write
+//   half, the double-buffered step's traffic exactly (read once, written once
+//   elsewhere, every byte cold), timed the same way.
+// Registered in pairs, the in-place row first; the double-buffered row reuses
+// the bed the in-place row built and then frees it.
+bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+std::string double_label(const Shape& s, bool in_place) {
+  Shape plain = s;
+  plain.indexed = false;
+  return label(plain) + (in_place ? " double-buffer pool, in place" : " double-buffered");
+}
+
+struct DoubleBed {
+  Shape shape;
+  std::unique_ptr<Bed> bed;
+  std::vector<int32_t*> idx;  // per set: in (B), then out (B)
+  CopyFloor floor{};
+  double two_slot_us{0};
+
+  DoubleBed() = default;
+  DoubleBed(const DoubleBed&) = delete;
+  DoubleBed& operator=(const DoubleBed&) = delete;
+  ~DoubleBed() {
+    for (int32_t* p : idx) cudaFree(p);
+  }
+};
+std::unique_ptr<DoubleBed> g_double;  // the bed of the pair being run
+
+bool same_shape(const Shape& a, const Shape& b) {
+  return a.B == b.B && a.hk == b.hk && a.hv == b.hv && a.d == b.d && a.state == b.state && a.layout == b.layout;
+}
+
+// Each set's read half [0, state_bytes) of the pool copied into its write half.
+double two_slot_floor(Bed& bed) {
+  const int n = bed.calls();
+  const size_t bytes = bed.state_bytes;
+  const unsigned blocks = bed.copy_blocks();
+  auto write_half = [&](const Set& cur) { return static_cast<char*>(cur.state) + bytes; };
+  cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
+    GDN_BENCH_CHECK(cudaMemcpyAsync(write_half(cur), cur.state, bytes, cudaMemcpyDeviceToDevice, bed.stream));
+  });
+  const double t_memcpy = bed.time_graph(g, n);
+  cudaGraphExecDestroy(g);
+  g = bed.capture(n, [&](const Set& cur, const Set&) {
+    copy_kernel<4><<<blocks, 256, 0, bed.stream>>>(static_cast<const uint4*>(cur.state),
+                                                   reinterpret_cast<uint4*>(write_half(cur)), int64_t(bytes / 16));
+  });
+  const double t_kernel = bed.time_graph(g, n);
+  cudaGraphExecDestroy(g);
+  return std::min(t_memcpy, t_kernel);
+}
+
+void fail_if(const gdn::Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, s.message);
+    std::exit(1);
+  }
+}
+
+// The bed of `shape`'s pair: the one already built, or a new one (the last
+// one freed first).
+DoubleBed& double_bed(const Shape& shape) {
+  if (g_double && same_shape(g_double->shape, shape)) return *g_double;
+  g_double.reset();
+  if (!shape.indexed || !is_pow2(shape.B)) {
+    std::fprintf(stderr, "double-buffer rows: an indexed shape with B a power of two\n");
+    std::exit(1);
+  }
+  auto d = std::make_unique<DoubleBed>();
+  d->shape = shape;
+  d->bed = std::make_unique<Bed>(shape);  // indexed: 2B slots a pool
+  Bed& bed = *d->bed;
+  const int64_t B = shape.B;
+  // What the in-place step touches of a set: the read half and the inputs
+  // (Bed counts the whole pool).
+  const size_t touched = bed.state_bytes + size_t(B) * (bed.conv_dim + 3 * shape.hv + shape.hv * shape.d) * 2;
+  const size_t need = (kRotateBytes + touched - 1) / touched;
+  while (bed.sets.size() < need) {
+    Bed more(shape);
+    bed.sets.insert(bed.sets.end(), more.sets.begin(), more.sets.end());
+    more.sets.clear();  // `bed` owns (and frees) them now
+  }
+  std::vector<int32_t> h(size_t(2 * B));
+  for (int64_t b = 0; b < B; ++b) {
+    h[size_t(b)] = int32_t((b * 7919) % B);
+    h[size_t(B + b)] = h[size_t(b)] + int32_t(B);
+  }
+  // The slot rule (docs/operation.md) on the host copies, both modes: the
+  // in-place check fails unless in[] is a permutation.
+  gdn::DecodeParams p = bed.params(bed.sets[0]);
+  p.state_indices = h.data();
+  p.state_out_indices = h.data() + B;
+  fail_if(gdn::check_slot_conflicts(p), "double-buffered indices");
+  p.state_out_indices = nullptr;
+  fail_if(gdn::check_slot_conflicts(p), "in-place indices");
+  for (size_t i = 0; i < bed.sets.size(); ++i) {
+    int32_t* dev = nullptr;
+    GDN_BENCH_CHECK(cudaMalloc(&dev, h.size() * 4));
+    d->idx.push_back(dev);
+    GDN_BENCH_CHECK(cudaMemcpy(dev, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+  }
+  GDN_BENCH_CHECK(cudaDeviceSynchronize());  // the pools filled
+  d->floor = bed.copy_floor();
+  d->two_slot_us = two_slot_floor(bed);
+  g_double = std::move(d);
+  return *g_double;
+}
+
+void BM_DoubleBuffer(benchmark::State& st, Shape shape, bool in_place) {
+  DoubleBed& d = double_bed(shape);
+  Bed& bed = *d.bed;
+  const int n = bed.calls();
+  cudaGraphExec_t g = bed.capture(n, [&](const Set& cur, const Set&) {
+    gdn::DecodeParams p = bed.params(cur);
+    const int32_t* idx = d.idx[size_t(&cur - bed.sets.data())];
+    p.state_indices = idx;
+    p.state_out_indices = in_place ? nullptr : idx + shape.B;
+    fail_if(gdn::decode(p, gdn::Backend::kCuda), "decode");
+  });
+  double us = 0;
+  for (auto _ : st) {
+    us = bed.time_graph(g, n);
+    st.SetIterationTime(us * 1e-6);
+  }
+  cudaGraphExecDestroy(g);
+  report(st, bed, "fused", us, d.floor, double_label(shape, in_place), d.two_slot_us);
+  if (!in_place) g_double.reset();  // the pair done
+}
+
 void register_all() {
   const gdn::DType states[] = {gdn::DType::kF32, gdn::DType::kBF16};
   const gdn::Layout layouts[] = {gdn::Layout::kKV, gdn::Layout::kVK};
@@ -128,6 +286,16 @@ void register_all() {
               ->UseManualTime()->Iterations(1)->Unit(benchmark::kMicrosecond);
         }
     }
+  // Double-buffered pools at the main shape, each beside the in-place step
+  // through the same read slots (see DoubleBed).
+  for (gdn::DType t : states)
+    for (gdn::Layout l : layouts)
+      for (int64_t B : {8, 32, 128, 512}) {
+        const Shape s{B, 16, 32, 128, t, l, true};
+        for (bool in_place : {true, false})
+          benchmark::RegisterBenchmark(("fused/" + double_label(s, in_place)).c_str(), BM_DoubleBuffer, s, in_place)
+              ->UseManualTime()->Iterations(1)->Unit(benchmark::kMicrosecond);
+      }
   // Head dims 64 and 256 (docs/operation.md, Sizes and tensors: they must
   // work; 128 is the tuned case), so a model with other heads sees what it
   // gets, not an untuned surprise.
@@ -164,15 +332,33 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  g_double.reset();  // a pair cut short by a filter
   // "copy us": the cold copy floor the ratio uses; "in-place": the in-place
   // floor alone (the state read and written back in place) and the ratio to
   // it; "warm-dst": the copy into one reused destination (the floor before
-  // 2026-12-01) and the ratio to it.
-  std::printf("\n%-62s %10s %10s %7s %10s %7s %9s %10s %7s\n", "case", "us", "copy us", "ratio", "in-place",
+  // 2026-12-01) and the ratio to it; "2-slot", when double-buffer rows ran:
+  // the copy of each pool's read half into its write half (the
+  // double-buffered step's traffic) and the ratio to it, "-" on other rows.
+  // Only the rows that ran (--benchmark_filter) are printed.
+  int w = 62;
+  bool two_slot = false;
+  for (const Row& r : g_rows) {
+    w = std::max(w, int(r.what.size()));
+    two_slot = two_slot || r.two_slot_us > 0;
+  }
+  std::printf("\n%-*s %10s %10s %7s %10s %7s %9s %10s %7s", w, "case", "us", "copy us", "ratio", "in-place",
               "ratio", "GB/s", "warm-dst", "ratio");
-  for (const Row& r : g_rows)
-    std::printf("%-62s %10.2f %10.2f %7.3f %10.2f %7.3f %9.0f %10.2f %7.3f\n", r.what.c_str(), r.us, r.copy_us,
+  if (two_slot) std::printf(" %10s %7s", "2-slot", "ratio");
+  std::printf("\n");
+  for (const Row& r : g_rows) {
+    std::printf("%-*s %10.2f %10.2f %7.3f %10.2f %7.3f %9.0f %10.2f %7.3f", w, r.what.c_str(), r.us, r.copy_us,
                 r.us / r.copy_us, r.in_place_us, r.us / r.in_place_us, r.gbps, r.warm_copy_us,
                 r.us / r.warm_copy_us);
+    if (two_slot && r.two_slot_us > 0)
+      std::printf(" %10.2f %7.3f", r.two_slot_us, r.us / r.two_slot_us);
+    else if (two_slot)
+      std::printf(" %10s %7s", "-", "-");
+    std::printf("\n");
+  }
   return 0;
 }
