@@ -21,6 +21,7 @@ class ConcurrencyTest : public BackendTest {};  // concurrent calls from 8 threa
 class RoutingTest : public BackendTest {};      // backend selection and unbuilt backends
 class GoldenTest : public BackendTest {};       // the committed golden cases
 class MultiTokenTest : public BackendTest {};   // T tokens a row against T one-token calls
+class DoubleBufferTest : public BackendTest {};  // two slots a sequence against in place
 
 inline std::string backend_param_name(const ::testing::TestParamInfo<gdn::Backend>& info) {
   return gdn::to_string(info.param);
@@ -48,6 +49,8 @@ inline std::string backend_param_name(const ::testing::TestParamInfo<gdn::Backen
                            backend_param_name);                                                 \
   INSTANTIATE_TEST_SUITE_P(prefix, RoutingTest, ::testing::Values(backend), backend_param_name); \
   INSTANTIATE_TEST_SUITE_P(prefix, MultiTokenTest, ::testing::Values(backend),                  \
+                           backend_param_name);                                                 \
+  INSTANTIATE_TEST_SUITE_P(prefix, DoubleBufferTest, ::testing::Values(backend),                \
                            backend_param_name);                                                 \
   GDN_INSTANTIATE_GOLDEN_SUITE_(prefix, backend)                                                \
   }
