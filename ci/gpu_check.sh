@@ -27,6 +27,14 @@
 #              CUDA tensors: ops, drop-in wrappers, CUDA graphs, torch.compile,
 #              torch.export, AOTInductor) and python/bench_overhead.py
 #   run        `gdn run --backend cuda` at B = 1 and 64
+#   tokens     bench_tokens: multi-token decode against T chained one-token
+#              calls and its state-traffic floor
+#   peers      bench/peers.py: gdnkit (in place, double-buffered) against FLA's
+#              fused_recurrent kernel and a vLLM-style Triton kernel, both floors,
+#              in one process (FLA from the environment, or from the wheels in
+#              $FLA_WHEELS); the Python package of the `python` step, built if missing
+#   e2e        bench/e2e_transformers.py: a transformers model's decode, its own
+#              path against patch_transformers (needs transformers; FLA as above)
 # A summary of every step is printed last.
 #
 # Needs: an NVIDIA GPU with its driver (nvidia-smi); the CUDA toolkit (nvcc,
@@ -53,6 +61,8 @@
 #                         CMAKE_PREFIX_PATH as well)
 #   PYTHON                the interpreter of the `python` step (default python3)
 #   CMAKE_ARGS            extra -D settings for the `python` step's build
+#   FLA_WHEELS            a folder of flash-linear-attention, fla-core and einops
+#                         wheels for `peers` and `e2e` when FLA does not import
 #
 # Exit status: 0 when every step passed; 1 when a check or a build failed;
 # 2 on an unknown step or when no NVIDIA GPU or CUDA toolkit is found
@@ -61,14 +71,14 @@ set -u
 cd "$(dirname "$0")/.."
 root=$PWD
 
-all_steps="tests plan sanitize bench fused hip python run"
+all_steps="tests plan sanitize bench fused hip python run tokens"
 steps=()
 for arg in "${@:-$all_steps}"; do
   for w in $arg; do
     case $w in
-      tests|plan|sanitize|memcheck|racecheck|bench|fused|hip|python|run) steps+=("$w") ;;
+      tests|plan|sanitize|memcheck|racecheck|bench|fused|hip|python|run|tokens|peers|e2e) steps+=("$w") ;;
       -h|--help) sed -n '2,/^set -u$/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-      *) echo "ci/gpu_check.sh: unknown step '$w' (steps: $all_steps memcheck racecheck)" >&2; exit 2 ;;
+      *) echo "ci/gpu_check.sh: unknown step '$w' (steps: $all_steps memcheck racecheck peers e2e)" >&2; exit 2 ;;
     esac
   done
 done
@@ -234,7 +244,11 @@ run_hip() {
   [ $rc -eq 0 ] || status=1
 }
 
-run_python() {
+# The Python package with CUDA for this GPU, unpacked into build-gpu/python/site.
+python_built=""
+build_python() {
+  [ -n "$python_built" ] && { [ "$python_built" = ok ]; return; }
+  python_built=failed
   local py=${PYTHON:-python3} dir=$root/build-gpu/python start wheel args
   step "Python package with CUDA (sm_$arch): build"
   "$py" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available())' \
@@ -254,10 +268,16 @@ print(build_wheel(sys.argv[1], {"build-dir": sys.argv[2]}))' "$dir/wheel" "$dir/
   wheel=$(ls "$dir"/wheel/gdnkit-*.whl 2>/dev/null | head -1)
   if [ $rc -ne 0 ] || [ -z "$wheel" ]; then
     fail "python: build FAILED rc=$rc (log: $log/python_build.txt)"
-    return
+    return 1
   fi
   # Unpacked into a folder on PYTHONPATH: nothing is installed into the Python itself.
   "$py" -m zipfile -e "$wheel" "$dir/site"
+  python_built=ok
+}
+
+run_python() {
+  local py=${PYTHON:-python3} dir=$root/build-gpu/python
+  build_python || return
   step "Python package: pytest python/tests"
   PYTHONPATH=$dir/site "$py" -c 'import gdnkit, pprint; pprint.pprint(gdnkit.info())'
   PYTHONPATH=$dir/site "$py" -m pytest -v -rs python/tests > "$log/pytest.txt" 2>&1; rc=$?
@@ -283,6 +303,51 @@ run_gdn() {
     summary+=("gdn run B=$b: rc=$rc $(grep 'per-token' "$log/gdn_run_b$b.txt")")
     [ $rc -eq 0 ] || status=1
   done
+}
+
+run_tokens() {
+  ensure_gpu || return
+  step "multi-token decode (bench_tokens)"
+  build-gpu/bench/bench_tokens --benchmark_out="$log/bench_tokens.json" --benchmark_out_format=json \
+    > "$log/bench_tokens.txt" 2>&1; rc=$?
+  grep -v -E '^tokens/|^-{10}|^Benchmark' "$log/bench_tokens.txt" | tail -120
+  summary+=("bench_tokens: rc=$rc")
+  [ $rc -eq 0 ] || status=1
+}
+
+# FLA for peers and e2e: importable already, or unpacked from $FLA_WHEELS.
+fla_path() {
+  local py=${PYTHON:-python3} dir=$root/build-gpu/python/fla
+  if [ -n "${FLA_WHEELS:-}" ] && ! "$py" -c 'import fla' > /dev/null 2>&1; then
+    rm -rf "$dir" && mkdir -p "$dir"
+    for w in "$FLA_WHEELS"/*.whl; do "$py" -m zipfile -e "$w" "$dir"; done
+    echo "$dir"
+  fi
+}
+
+run_peers() {
+  local py=${PYTHON:-python3} site=$root/build-gpu/python/site fla
+  build_python || return
+  fla=$(fla_path)
+  step "peers in one run (bench/peers.py)"
+  PYTHONPATH=$site${fla:+:$fla} "$py" bench/peers.py --out "$log/peers.md" --csv "$log/peers.csv" \
+    > "$log/peers.txt" 2> "$log/peers_err.txt"; rc=$?
+  cat "$log/peers.txt"
+  tail -5 "$log/peers_err.txt"
+  summary+=("peers: rc=$rc (table: $log/peers.md)")
+  [ $rc -eq 0 ] || status=1
+}
+
+run_e2e() {
+  local py=${PYTHON:-python3} site=$root/build-gpu/python/site fla
+  build_python || return
+  fla=$(fla_path)
+  step "end to end: transformers decode, patched and not (bench/e2e_transformers.py)"
+  PYTHONPATH=$site${fla:+:$fla} "$py" bench/e2e_transformers.py --json "$log/e2e.json" \
+    > "$log/e2e.txt" 2>&1; rc=$?
+  tail -40 "$log/e2e.txt"
+  summary+=("e2e_transformers: rc=$rc (json: $log/e2e.json)")
+  [ $rc -eq 0 ] || status=1
 }
 
 # The occupancy table against the one the planner's CPU test assumes (an H200's).
@@ -313,6 +378,9 @@ for w in "${steps[@]}"; do
     hip) run_hip ;;
     python) run_python ;;
     run) run_gdn ;;
+    tokens) run_tokens ;;
+    peers) run_peers ;;
+    e2e) run_e2e ;;
   esac
 done
 
