@@ -23,6 +23,6 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 # The package is built here with the host backend only: the library's CUDA
 # build was proven above, and the package's CUDA path needs a GPU to test
 # (ci/gpu_check.sh python); building the kernels twice would double CI's time.
-echo "== Python package: pip install . into a fresh venv, pytest (numpy path; torch tests skip without torch)"
+echo "== Python package: pip install . into a fresh venv with torch and transformers, pytest (CUDA tests skip without a GPU)"
 CMAKE_ARGS="-DGDNKIT_ENABLE_CUDA=OFF ${CMAKE_ARGS:-}" bash python/run_tests.sh
 echo "== all tests passed in ${SECONDS} s"
