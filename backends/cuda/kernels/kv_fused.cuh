@@ -24,10 +24,7 @@ __global__ void __launch_bounds__(kW * kWarp, kDk <= 128 ? 1024 / (kW * kWarp) :
                            FastDiv by_hv, float scale, int group_heads, int cluster, FusedArgs fdiv) {
   // kNormOnly and kPdl are launched only from sm_90 code (kPdl: 16-bit inputs only)
   if constexpr ((kNormOnly && !kClusterCode) || (kPdl && (!kClusterCode || !kPdlInputs<IO>))) {
-#if !defined(GDN_HIP)
-    __trap();
-#endif
-    return;
+    GDN_NOT_LAUNCHED_HERE();
   }
   using R = KvRegTile<T, kDk, kW>;
   using V = Vec<T>;

@@ -23,10 +23,7 @@ __global__ void __launch_bounds__(kW * kWarp, (kv_step_min_blocks<kDk, kW>()))
                           float scale) {
   // kNorm: launched only from sm_90 code, so left empty elsewhere
   if constexpr (kNorm && !kClusterCode) {
-#if !defined(GDN_HIP)
-    __trap();
-#endif
-    return;
+    GDN_NOT_LAUNCHED_HERE();
   }
   using R = KvRegTile<T, kDk, kW>;
   using V = Vec<T>;

@@ -222,5 +222,18 @@ constexpr bool kClusterCode = true;
 constexpr bool kClusterCode = false;
 #endif
 
+// The body of an instantiation that only sm_90 code launches (clusters, PDL)
+// in any other compilation: left empty, and a launch by mistake traps (HIP,
+// without a trap the kernels may use, returns).
+#if defined(GDN_HIP)
+#define GDN_NOT_LAUNCHED_HERE() return
+#else
+#define GDN_NOT_LAUNCHED_HERE() \
+  do {                          \
+    __trap();                   \
+    return;                     \
+  } while (0)
+#endif
+
 }  // namespace GDN_KERNEL_NS
 }  // namespace gdn

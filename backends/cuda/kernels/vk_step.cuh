@@ -27,10 +27,7 @@ __device__ __forceinline__ void decode_vk(const Params& p, int items_per_head, i
   static_assert(kFused || !kNormOnly, "kNormOnly is a fused instantiation");
   // Launched only from sm_90 code (kPdl: and only for 16-bit inputs): left empty elsewhere.
   if constexpr (((kNormOnly || kStepNorm) && !kClusterCode) || (kPdl && (!kClusterCode || !kPdlInputs<IO>))) {
-#if !defined(GDN_HIP)
-    __trap();
-#endif
-    return;
+    GDN_NOT_LAUNCHED_HERE();
   }
   constexpr int kColsPerItem = cols_per_item<T, kLayout, kDk, kP>();
   using VkT = VkTile<T, kDk, kP>;
