@@ -22,7 +22,8 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 # numpy arrays of bfloat16 (optional): 0.4 is the last ml_dtypes for Debian 12's numpy 1.24.
 "${pip[@]}" install -q "ml_dtypes<0.5" || echo "python/run_tests.sh: no ml_dtypes, its test will skip"
 if [ "${GDNKIT_TEST_TORCH:-1}" != 0 ]; then
-  "${pip[@]}" install -q --no-cache-dir torch transformers
+  # (through pip's cache: the venv is made anew each run, the download only once)
+  "${pip[@]}" install -q torch transformers
 fi
 echo "python/run_tests.sh: venv ready in $(( $(date +%s) - start )) s"
 
