@@ -137,8 +137,10 @@ struct Bed {
     // Indexed pools: 2x the slots, rows scattered over them, one row in 16 padding.
     const int64_t slots = s.indexed ? 2 * s.B : s.B;
     pool_bytes = size_t(slots) * s.hv * s.d * s.d * gdn::dtype_size(s.state);
-    const size_t per_set = pool_bytes + size_t(s.B) * (conv_dim + 3 * s.hv + s.hv * s.d) * 2;
-    const size_t n = std::max<size_t>(2, (kRotateBytes + per_set - 1) / per_set);
+    // The sets total kRotateBytes counting only what a call touches: its B
+    // rows' slots, not the whole (indexed: twice as large) pool.
+    const size_t touched = state_bytes + size_t(s.B) * (conv_dim + 3 * s.hv + s.hv * s.d) * 2;
+    const size_t n = std::max<size_t>(2, (kRotateBytes + touched - 1) / touched);
     GDN_BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     std::mt19937_64 rng(42);
     std::normal_distribution<float> n01(0.f, 1.f);

@@ -121,10 +121,9 @@ void BM_Unfused(benchmark::State& st, Shape shape) {
 //   row writes slot in[b] + B, in the other half; the in-place row reads and
 //   writes in[b]. No padding rows: every row moves the bytes the floors move.
 //   The index arrays (in, then out) are per set, cold like the indexed rows'.
-// - the sets total kRotateBytes or more counting only the bytes a call
-//   touches: both halves for the double-buffered step (Bed's own count), the
-//   read half for the in-place one (so the bed takes the sets of further beds
-//   of the shape when Bed's count is short).
+// - the sets total kRotateBytes or more counting the read half alone (Bed's
+//   count: the bytes an in-place call touches); the double-buffered step
+//   touches twice that.
 // - besides the bed's floors, the 2-slot floor: the fastest of cudaMemcpyAsync
 //   and the floor's copy kernel copying each set's read half into its write
 //   half, the double-buffered step's traffic exactly (read once, written once
@@ -200,15 +199,6 @@ DoubleBed& double_bed(const Shape& shape) {
   d->bed = std::make_unique<Bed>(shape);  // indexed: 2B slots a pool
   Bed& bed = *d->bed;
   const int64_t B = shape.B;
-  // What the in-place step touches of a set: the read half and the inputs
-  // (Bed counts the whole pool).
-  const size_t touched = bed.state_bytes + size_t(B) * (bed.conv_dim + 3 * shape.hv + shape.hv * shape.d) * 2;
-  const size_t need = (kRotateBytes + touched - 1) / touched;
-  while (bed.sets.size() < need) {
-    Bed more(shape);
-    bed.sets.insert(bed.sets.end(), more.sets.begin(), more.sets.end());
-    more.sets.clear();  // `bed` owns (and frees) them now
-  }
   std::vector<int32_t> h(size_t(2 * B));
   for (int64_t b = 0; b < B; ++b) {
     h[size_t(b)] = int32_t((b * 7919) % B);
