@@ -32,7 +32,9 @@ Timed in one process, µs a call:
   fused_sigmoid_gating_delta_rule_update (gates in the kernel, softplus beta 1 threshold 20,
   l2norm, scale K**-0.5, pool updated in place at ssm_state_indices [B], or [B, T] with token
   t's state to slot indices[b, t]); their grid: one program per (32-wide v block, row x
-  v-head), the whole K in it, 4 warps. Both layouts (vLLM's pool is vk).
+  v-head), the whole K in it, 4 warps. Both layouts (vLLM's pool is vk). One token a row
+  also out of place ("out of place": the new state to slot s + B), the traffic of
+  ExecuTorch's out-of-place kernel, which returns a new state tensor.
 
 Protocol (as bench/bench_common.cuh): every call sits in a CUDA graph of max(sets, 20) calls
 rotating over sets (inputs and state pool) whose states total >= 128 MiB (> 2x an H100/H200
@@ -103,10 +105,10 @@ def _fanout_kernel(pool, row, T, BLOCK: tl.constexpr):
 
 @triton.jit
 def _peer_sigmoid_gating_kernel(q, k, v, a, b, A_log, dt_bias, o, pool, idx, idx_stride,
-                                slot_stride, T, scale, sp_beta, sp_threshold,
+                                out_idx, slot_stride, T, scale, sp_beta, sp_threshold,
                                 H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
                                 V: tl.constexpr, BV: tl.constexpr, STATE_VK: tl.constexpr,
-                                L2NORM: tl.constexpr):
+                                L2NORM: tl.constexpr, OUT_OF_PLACE: tl.constexpr):
     iv = tl.program_id(0)
     row_head = tl.program_id(1).to(tl.int64)
     row, hv = row_head // HV, row_head % HV
@@ -147,28 +149,36 @@ def _peer_sigmoid_gating_kernel(q, k, v, a, b, A_log, dt_bias, o, pool, idx, idx
             h = h + bk[:, None] * delta[None, :]
             out = tl.sum(h * bq[:, None], 0)
         tl.store(o + (tok * HV + hv) * V + vs, out.to(o.dtype.element_ty))
-        dst = tl.load(idx + row * idx_stride + t).to(tl.int64)  # token t's slot
+        if OUT_OF_PLACE:  # (T = 1) the new state to another slot, as an out-of-place kernel
+            dst = tl.load(out_idx + row).to(tl.int64)
+        else:
+            dst = tl.load(idx + row * idx_stride + t).to(tl.int64)  # token t's slot
         if dst >= 0:
             tl.store(pool + dst * slot_stride + tile, h.to(pool.dtype.element_ty))
 
 
 def peer_triton_sigmoid_gating(q, k, v, a, b, A_log, dt_bias, pool, indices, o, layout,
-                               softplus_beta=1.0, softplus_threshold=20.0, scale=None):
+                               softplus_beta=1.0, softplus_threshold=20.0, scale=None,
+                               out_indices=None):
     """vLLM-style fused sigmoid-gating update. q, k [B, T, H, K], v [B, T, HV, V], a, b
     [B, T, HV]; pool [slots, HV, K, V] (kv) or [slots, HV, V, K] (vk), updated in place;
-    indices [B] (T = 1) or [B, T] int32/int64; o [B, T, HV, V] is written and returned."""
+    indices [B] (T = 1) or [B, T] int32/int64; o [B, T, HV, V] is written and returned.
+    out_indices [B] (T = 1): the new state to those slots instead (out of place, the
+    traffic of ExecuTorch's out-of-place kernel, which writes a new state tensor)."""
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     BV = min(32, V)
     assert V % BV == 0 and K & (K - 1) == 0 and BV & (BV - 1) == 0
     assert indices.ndim == 2 or T == 1
+    assert out_indices is None or T == 1
     idx_stride = indices.stride(0) if indices.ndim == 2 else 1
     grid = (V // BV, B * HV)
     _peer_sigmoid_gating_kernel[grid](
-        q, k, v, a, b, A_log, dt_bias, o, pool, indices, idx_stride, pool.stride(0), T,
+        q, k, v, a, b, A_log, dt_bias, o, pool, indices, idx_stride,
+        indices if out_indices is None else out_indices, pool.stride(0), T,
         K ** -0.5 if scale is None else scale, softplus_beta, softplus_threshold,
         H=H, HV=HV, K=K, V=V, BV=BV, STATE_VK=layout == "vk", L2NORM=True,
-        num_warps=4, num_stages=3)
+        OUT_OF_PLACE=out_indices is not None, num_warps=4, num_stages=3)
     return o
 
 
@@ -258,15 +268,19 @@ def fla_impl(fla_fn, multi):
 
 
 def peer_impls(multi):
-    def make(layout):
+    def make(layout, mode):
         def run(s):
             table = s["idx2d"] if multi else s["idx"]
             return peer_triton_sigmoid_gating(s["q"], s["k"], s["v"], s["a"], s["b"], s["A_log"],
                                               s["dt_bias"], pool_view(s, layout), table, s["o"],
-                                              layout)
-        return (f"peer triton {layout}" + (" inter" if multi else ""), "inter" if multi else "inplace",
-                layout, run)
-    return [make("kv"), make("vk")]
+                                              layout,
+                                              out_indices=s["idx_out"] if mode == "2slot" else None)
+        label = {"inter": " inter", "inplace": "", "2slot": " out of place"}[mode]
+        return (f"peer triton {layout}{label}", mode, layout, run)
+    if multi:
+        return [make("kv", "inter"), make("vk", "inter")]
+    # in place (vLLM, SGLang) and out of place (ExecuTorch's pattern: the new state elsewhere)
+    return [make(layout, mode) for mode in ("inplace", "2slot") for layout in ("kv", "vk")]
 
 
 def all_impls(gt, fla_fn, multi, dense):
@@ -705,7 +719,8 @@ def main():
             "writes slot s + B; final: the last token's state in place; inter: every token's state "
             "to its own slot (token_state_indices [B, T]); FLA writes its final state (fp32) to a "
             "new tensor; peer triton: peer_triton_sigmoid_gating (vLLM/SGLang semantics, written "
-            "here). Floors: see bench/peers.py's docstring.", "", "Checks:", ""]
+            "here), in place, or out of place (the new state to slot s + B: the traffic of "
+            "ExecuTorch's out-of-place kernel). Floors: see bench/peers.py's docstring.", "", "Checks:", ""]
     out += ["    " + line for line in check_lines]
     text = "\n".join(out) + "\n"
     print(text)
