@@ -78,6 +78,7 @@
 #include <utility>
 #include <vector>
 
+#include "../backends/cuda/device.h"
 #include "bench_common.cuh"
 #include "gdnkit/gdnkit.hpp"
 
@@ -350,6 +351,31 @@ struct Row {
 };
 std::vector<Row> g_rows;
 
+// The multi-token call. A/B runs of the token kernel's geometry
+// (docs/benchmarks.md): GDN_TOKEN_ROUNDS=n, rounds of units a block takes;
+// GDN_TOKEN_RING=s, the state ring's stages (0: none); through the planner's
+// one seam, gpu::PlanOverrides, on parameters gdn::decode accepted.
+void multi_call(const gdn::DecodeParams& p, const TShape& s) {
+  static const char* rounds = std::getenv("GDN_TOKEN_ROUNDS");
+  static const char* ring = std::getenv("GDN_TOKEN_RING");
+  if (rounds == nullptr && ring == nullptr) {
+    check(gdn::decode(p, gdn::Backend::kCuda), s, "the multi-token call");
+    return;
+  }
+  gdn::gpu::PlanOverrides o;
+  if (rounds != nullptr) o.max_items_per_warp = std::max(1, std::atoi(rounds));
+  if (ring != nullptr) o.token_ring_stages = std::max(0, std::atoi(ring));
+  gdn::gpu::Plan plan;
+  GDN_BENCH_CHECK(gdn::cuda::decode_with(p, o, &plan));
+  static std::string told;
+  if (told != label(s)) {
+    told = label(s);
+    char desc[256];
+    gdn::gpu::describe_plan(plan, desc, sizeof desc);
+    std::fprintf(stderr, "bench_tokens: %s: %s\n", told.c_str(), desc);
+  }
+}
+
 void BM_Tokens(benchmark::State& state, TShape s) {
   const CopyFloor copy = copy_floor(s.B, s.state);
   TokenBed bed(s);
@@ -358,6 +384,7 @@ void BM_Tokens(benchmark::State& state, TShape s) {
   // Validate once, eagerly, before any capture: the multi-token call and a
   // one-token call of the chain must be accepted and must run.
   check(gdn::decode(bed.params(bed.sets[0], -1), gdn::Backend::kCuda), s, "the multi-token call");
+  multi_call(bed.params(bed.sets[0], -1), s);
   check(gdn::decode(bed.params(bed.sets[0], 0), gdn::Backend::kCuda), s, "a one-token call of the chain");
   bed.floor(bed.sets[0], inter);
   if (inter) bed.copy_to_slot(bed.sets[0], 0);
@@ -366,9 +393,7 @@ void BM_Tokens(benchmark::State& state, TShape s) {
 
   double us = 0, chained = 0, floor = 0, chain_floor = 0;
   for (auto _ : state) {
-    us = bed.time([&](const TSet& cur) {
-      check(gdn::decode(bed.params(cur, -1), gdn::Backend::kCuda), s, "the multi-token call");
-    });
+    us = bed.time([&](const TSet& cur) { multi_call(bed.params(cur, -1), s); });
     chained = bed.time([&](const TSet& cur) {
       for (int t = 0; t < s.T; ++t) {
         check(gdn::decode(bed.params(cur, t), gdn::Backend::kCuda), s, "a one-token call of the chain");

@@ -5,11 +5,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "../backends/cuda/device.h"
 #include "late_writer.hpp"
 #include "random_case.hpp"
 
@@ -268,6 +270,124 @@ TEST_F(CudaOnly, FusedMiddleWithMoreGroupsThanSms) {
       spec.norm = true;
       SCOPED_TRACE(spec.name);
       run_and_check(spec, gdn::Backend::kCuda);
+    }
+}
+
+// Multi-token blocks of several rounds (docs/decisions.md#token-kernel): 160
+// groups, more than the SMs, so the planner gives a block the whole group;
+// forced through every geometry the planner may pick (rounds a block, the
+// state's ring on or off, 2 or 3 stages) the one call of T tokens equals T
+// one-token calls chained in place bitwise (outputs, final state, and every
+// intermediate state), for both layouts and fp32 and bf16 states.
+TEST_F(CudaOnly, TokenBlocksOfSeveralRoundsEqualChainedCalls) {
+  constexpr int64_t B = 80, T = 3, Hk = 2, Hv = 4, D = 128;
+  const gdn::DType io = gdn::DType::kBF16;
+  std::mt19937_64 rng(71);
+  std::normal_distribution<double> n01(0.0, 1.0);
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  auto draw = [&](int64_t n, gdn::DType t, double sd) {
+    std::vector<uint8_t> v(size_t(n) * gdn::dtype_size(t));
+    for (int64_t i = 0; i < n; ++i) gdn::store_element(v.data(), t, i, sd * n01(rng));
+    return v;
+  };
+  const std::vector<uint8_t> q = draw(B * T * Hk * D, io, 1.0), k = draw(B * T * Hk * D, io, 1.0),
+                             v = draw(B * T * Hv * D, io, 1.0), a = draw(B * T * Hv, io, 1.0),
+                             b = draw(B * T * Hv, io, 1.0);
+  std::vector<float> A_log, dt_bias;
+  for (int64_t h = 0; h < Hv; ++h) {
+    // A = U(1, 16); dt log-uniform in [1e-3, 0.1]; dt_bias = softplus^-1(dt)
+    A_log.push_back(float(std::log(1.0 + 15.0 * u01(rng))));
+    dt_bias.push_back(float(std::log(std::expm1(std::exp(std::log(1e-3) + std::log(100.0) * u01(rng))))));
+  }
+  auto bytes = [](const std::vector<float>& f) {
+    std::vector<uint8_t> out(f.size() * 4);
+    std::memcpy(out.data(), f.data(), out.size());
+    return out;
+  };
+  const gdn::Backend be = gdn::Backend::kCuda;
+  const DeviceBuffer dq(be, q), dk(be, k), dv(be, v), da(be, a), db(be, b), dA(be, bytes(A_log)),
+      ddt(be, bytes(dt_bias));
+  for (gdn::DType sd : {gdn::DType::kF32, gdn::DType::kBF16})
+    for (gdn::Layout layout : {gdn::Layout::kVK, gdn::Layout::kKV}) {
+      const int64_t slot = Hv * D * D;
+      const std::vector<uint8_t> pool0 = draw(B * slot, sd, 0.5);
+      auto params = [&](DeviceBuffer& pool, DeviceBuffer& o) {
+        gdn::DecodeParams p;
+        p.batch = B;
+        p.num_tokens = int32_t(T);
+        p.num_k_heads = int32_t(Hk);
+        p.num_v_heads = int32_t(Hv);
+        p.head_dim_k = p.head_dim_v = int32_t(D);
+        p.qkv_dtype = p.ab_dtype = p.o_dtype = io;
+        p.state_dtype = sd;
+        p.layout = layout;
+        p.q = dq.get();
+        p.k = dk.get();
+        p.v = dv.get();
+        p.a = da.get();
+        p.b = db.get();
+        p.A_log = dA.as<float>();
+        p.dt_bias = ddt.as<float>();
+        p.state = pool.get();
+        p.num_slots = B;
+        p.o = o.get();
+        gdn::set_dense_strides(p);
+        return p;
+      };
+      // the chain: token t of every row, one call each; the pool after each
+      DeviceBuffer pool(be, pool0), o(be, std::vector<uint8_t>(size_t(B * T * Hv * D) * 2, kCanary));
+      std::vector<std::vector<uint8_t>> after;
+      for (int64_t t = 0; t < T; ++t) {
+        gdn::DecodeParams p = params(pool, o);
+        const size_t e = gdn::dtype_size(io);
+        p.num_tokens = 1;
+        p.q = dq.as<uint8_t>(size_t(t * p.q_token_stride) * e);
+        p.k = dk.as<uint8_t>(size_t(t * p.k_token_stride) * e);
+        p.v = dv.as<uint8_t>(size_t(t * p.v_token_stride) * e);
+        p.a = da.as<uint8_t>(size_t(t * p.a_token_stride) * e);
+        p.b = db.as<uint8_t>(size_t(t * p.b_token_stride) * e);
+        p.o = o.as<uint8_t>(size_t(t * p.o_token_stride) * e);
+        ASSERT_TRUE(gdn::decode(p, be).ok());
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        after.push_back(pool.download());
+      }
+      const std::vector<uint8_t> o_chain = o.download();
+      struct Geometry {
+        int rounds, stages;
+      };
+      for (const Geometry g : {Geometry{0, -1}, Geometry{4, 0}, Geometry{4, 2}, Geometry{2, 2}, Geometry{4, 3}}) {
+        const std::string what = std::string(gdn::to_string(sd)) + " " + gdn::to_string(layout) +
+                                 ", rounds " + std::to_string(g.rounds) + ", ring stages " + std::to_string(g.stages);
+        SCOPED_TRACE(what);
+        DeviceBuffer pool1(be, pool0), o1(be, std::vector<uint8_t>(size_t(B * T * Hv * D) * 2, kCanary));
+        DeviceBuffer inter(be, std::vector<uint8_t>(size_t(B * T * slot) * gdn::dtype_size(sd), kCanary));
+        gdn::DecodeParams p = params(pool1, o1);
+        p.intermediate_states = inter.get();
+        gdn::set_dense_strides(p);
+        ASSERT_TRUE(gdn::decode(p, be).ok());  // validated as a caller's call
+        gdn::gpu::PlanOverrides ov;
+        ov.max_items_per_warp = g.rounds;
+        ov.token_ring_stages = g.stages;
+        pool1 = DeviceBuffer(be, pool0);
+        p.state = pool1.get();
+        gdn::gpu::Plan plan;
+        ASSERT_EQ(gdn::cuda::decode_with(p, ov, &plan), cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        if (g.rounds > 0) {
+          EXPECT_EQ(plan.blocks_per_head, 4 / g.rounds);
+        }
+        if (g.stages >= 0) {
+          EXPECT_EQ(plan.token_smem.ring_stages, g.stages);
+        }
+        EXPECT_TRUE(o1.download() == o_chain) << "o";
+        EXPECT_TRUE(pool1.download() == after.back()) << "final state";
+        const std::vector<uint8_t> got = inter.download();
+        const size_t sb = size_t(slot) * gdn::dtype_size(sd);
+        for (int64_t row = 0; row < B; ++row)
+          for (int64_t t = 0; t < T; ++t)
+            ASSERT_EQ(0, std::memcmp(got.data() + size_t(row * T + t) * sb, after[size_t(t)].data() + size_t(row) * sb, sb))
+                << "intermediate state of row " << row << ", token " << t;
+      }
     }
 }
 

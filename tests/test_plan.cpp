@@ -187,8 +187,15 @@ TEST(Plan, MultiTokenCallsTakeTheTokenKernel) {
             if (norm) {
               EXPECT_EQ(plan.blocks_per_head, 1) << what;
             }
-            EXPECT_EQ(plan.smem, gdn::gpu::token_smem_bytes(p, 32)) << what;
+            // what the backend checked, and more only for more rounds or the ring
+            EXPECT_GE(plan.smem, gdn::gpu::token_smem_bytes(p, 32)) << what;
+            EXPECT_LE(plan.smem, gdn::gpu::traits::token_smem_limit(dev.config)) << what;
             EXPECT_EQ(size_t(plan.token_smem.bytes), plan.smem) << what;
+            const int round = (s == DType::kF32 ? 2 : 1) * (l == Layout::kVK ? 8 : 1);
+            if (plan.items_per_warp <= round) {
+              EXPECT_EQ(plan.token_smem.ring_stages, 0) << what;
+              EXPECT_EQ(plan.smem, gdn::gpu::token_smem_bytes(p, 32)) << what;
+            }
           }
   // 16 tokens of 256 x 256 heads, 8 v-heads a k-head, norm on: more than a block holds.
   gdn::DecodeParams big = call(1, DType::kF32, Layout::kVK, 2, 16, 256, 256);
@@ -196,6 +203,44 @@ TEST(Plan, MultiTokenCallsTakeTheTokenKernel) {
   alignas(16) static char w[16];
   big.norm_weight = big.z = w;
   EXPECT_GT(gdn::gpu::token_smem_bytes(big, 32), gdn::gpu::traits::token_smem_limit(dev.config));
+}
+
+// Rounds a token block takes: the most that still give every SM a block
+// (2 at B = 8, the whole group of 4 at B = 128 at this shape), with the
+// state's ring for 16-bit states only; never the ring without cp.async (HIP)
+// or when forced off.
+TEST(Plan, TokenBlocksTakeRoundsThroughTheRing) {
+  const DeviceInfo dev = h200();
+  for (DType s : {DType::kF32, DType::kBF16})
+    for (Layout l : {Layout::kVK, Layout::kKV}) {
+      gdn::DecodeParams p = call(1, s, l, 16, 32, 128, 128);
+      p.num_tokens = 2;
+      const Plan one_row = gdn::gpu::plan_launch(p, dev);
+      EXPECT_EQ(one_row.blocks_per_head, 4) << describe(one_row);  // 64 blocks: one round each
+      EXPECT_EQ(one_row.token_smem.ring_stages, 0) << describe(one_row);
+      p.batch = 8;
+      const Plan small = gdn::gpu::plan_launch(p, dev);
+      EXPECT_EQ(small.blocks_per_head, 2) << describe(small);  // 256 blocks; 4 rounds: 128 < 132 SMs
+      EXPECT_EQ(small.token_smem.ring_stages, s == DType::kBF16 ? 2 : 0) << describe(small);
+      p.batch = 128;
+      const Plan big = gdn::gpu::plan_launch(p, dev);
+      EXPECT_EQ(big.blocks_per_head, 1) << describe(big);
+      const int stages = s == DType::kBF16 ? 2 : 0;
+      EXPECT_EQ(big.token_smem.ring_stages, stages) << describe(big);
+      EXPECT_GE(big.smem, size_t(stages) * big.block * 4 * 16) << describe(big);
+      gdn::gpu::PlanOverrides off;
+      off.token_ring_stages = 0;
+      EXPECT_EQ(gdn::gpu::plan_launch(p, dev, off).token_smem.ring_stages, 0);
+      gdn::gpu::PlanOverrides on;
+      on.token_ring_stages = 2;
+      EXPECT_EQ(gdn::gpu::plan_launch(p, dev, on).token_smem.ring_stages, 2);
+      DeviceInfo hip = dev;
+      hip.config.vk_ring = false;
+      EXPECT_EQ(gdn::gpu::plan_launch(p, hip).token_smem.ring_stages, 0);
+      gdn::gpu::PlanOverrides one;
+      one.max_items_per_warp = 1;
+      EXPECT_EQ(gdn::gpu::plan_launch(p, dev, one).blocks_per_head, 4);
+    }
 }
 
 // Overrides reach the plan, and nothing else changes without them.

@@ -397,14 +397,15 @@ Io select_io(const DecodeParams& p) {
 
 // Multi-token decode (docs/decisions.md#token-kernel): one kernel for both
 // layouts. A block takes units (vk items, kv tiles) of one group (row, k-head
-// and its G v-heads): the whole group when the conv or the norm is on (the conv
-// windows of q and k and a head's norm need it), else one round of units
-// (traits::token_units a vk warp, or a kv block), so that a row's heads spread over the SMs.
+// and its G v-heads) in rounds (traits::token_units a vk warp, or a kv
+// block): the whole group when the conv or the norm is on (the conv windows of
+// q and k and a head's norm need it), else `rounds` rounds of it, so that a
+// row's heads spread over the SMs.
 namespace {
 struct TokenShape {
-  int cols, units_per_head, units_per_block, parts, vcols;
+  int cols, units_per_head, units_per_block, parts, vcols, rounds_per_group;
 };
-TokenShape token_shape(const DecodeParams& p, int warp, int max_ipw) {
+TokenShape token_shape(const DecodeParams& p, int warp, int rounds) {
   const int bytes = int(dtype_size(p.state_dtype)), cap = dk_capacity(p.head_dim_k);
   const int tile = traits::default_tile(bytes, p.layout);
   TokenShape s;
@@ -412,25 +413,46 @@ TokenShape token_shape(const DecodeParams& p, int warp, int max_ipw) {
   const int G = p.num_v_heads / p.num_k_heads;
   s.units_per_head = (p.head_dim_v + s.cols - 1) / s.cols;
   const int units = G * s.units_per_head;
-  const int per = max_ipw > 0 ? max_ipw : 1;
   const bool whole = p.conv_width > 0 || p.norm_weight != nullptr;
   const int round = traits::token_units(bytes) * (p.layout == Layout::kVK ? traits::kTokenWarps : 1);
-  s.units_per_block = whole ? units : std::min(units, round * per);
+  s.rounds_per_group = (units + round - 1) / round;
+  s.units_per_block = whole ? units : std::min(units, round * std::max(rounds, 1));
   s.parts = (units + s.units_per_block - 1) / s.units_per_block;
   s.vcols = std::min(G * p.head_dim_v, s.units_per_block * s.cols);
   return s;
 }
+// Blocks of the token kernel an SM holds (its launch bounds: 128 registers).
+constexpr int kTokenBlocksPerSm = 2;
+// Rounds a block takes by default: the most, halving from the whole group,
+// that still give every SM a block. A block's fixed work (its row's indices,
+// the tokens' inputs staged and normalized, the first loads' latency) is then
+// paid once for several rounds; on an H100 the whole group (4 rounds at the
+// Qwen3.5 shape) was fastest from B = 32 and 2 rounds at B = 8
+// (docs/decisions.md#token-kernel).
+int token_rounds(const DecodeParams& p, const DeviceInfo& dev, int warp) {
+  const int rpg = token_shape(p, warp, 1).rounds_per_group;
+  const int64_t groups = p.batch * p.num_k_heads;
+  int r = rpg;
+  while (r > 1 && groups * ((rpg + r - 1) / r) < dev.sms) r /= 2;
+  return r;
+}
 }  // namespace
 
 size_t token_smem_bytes(const DecodeParams& p, int warp) {
-  const TokenShape s = token_shape(p, warp, 0);
+  const TokenShape s = token_shape(p, warp, 1);
   return size_t(traits::token_smem(p.num_tokens, p.head_dim_k, p.head_dim_v, p.num_v_heads / p.num_k_heads, s.vcols,
                                    p.norm_weight != nullptr)
                     .bytes);
 }
 
 static Plan plan_tokens(const DecodeParams& p, const DeviceInfo& dev, const PlanOverrides& o) {
-  const TokenShape s = token_shape(p, dev.config.warp, o.max_items_per_warp);
+  const int warp = dev.config.warp;
+  TokenShape s = token_shape(p, warp, o.max_items_per_warp > 0 ? o.max_items_per_warp : token_rounds(p, dev, warp));
+  // (more rounds stage more v columns: back to one round where they would not fit)
+  if (size_t(traits::token_smem(p.num_tokens, p.head_dim_k, p.head_dim_v, p.num_v_heads / p.num_k_heads, s.vcols,
+                                p.norm_weight != nullptr)
+                 .bytes) > traits::token_smem_limit(dev.config))
+    s = token_shape(p, warp, 1);
   Plan plan;
   plan.kernel = Kernel::kTokens;
   plan.io = Io::kMixed;  // (the small tensors' dtypes are run-time values there)
@@ -443,9 +465,27 @@ static Plan plan_tokens(const DecodeParams& p, const DeviceInfo& dev, const Plan
   plan.blocks_per_head = s.parts;
   plan.group_heads = p.num_v_heads / p.num_k_heads;
   plan.grid = unsigned(p.batch * p.num_k_heads * s.parts);
-  plan.block = unsigned(traits::kTokenWarps * dev.config.warp);
-  plan.token_smem =
-      traits::token_smem(p.num_tokens, p.head_dim_k, p.head_dim_v, plan.group_heads, s.vcols, p.norm_weight != nullptr);
+  plan.block = unsigned(traits::kTokenWarps * warp);
+  const bool norm = p.norm_weight != nullptr;
+  const auto smem = [&](int stages) {
+    const int vecs = traits::token_round_vecs(warp, int(dtype_size(p.state_dtype)), p.layout, plan.dk_cap);
+    return traits::token_smem(p.num_tokens, p.head_dim_k, p.head_dim_v, plan.group_heads, s.vcols, norm, stages,
+                              int(plan.block) * vecs);
+  };
+  // The state's ring (cp.async builds, 16-bit states, a block of several
+  // rounds): 2 stages, one round in flight while one runs, where 2 blocks an
+  // SM still fit (with the kv tile's static 8 KiB). fp32 states load each
+  // round into registers as it starts: the ring was up to 6% slower for them
+  // on an H100, and up to 8% faster for bf16 (docs/decisions.md#token-kernel).
+  const int round_units =
+      traits::token_units(int(dtype_size(p.state_dtype))) * (p.layout == Layout::kVK ? traits::kTokenWarps : 1);
+  const int block_rounds = (s.units_per_block + round_units - 1) / round_units;
+  const bool ring = block_rounds > 1 && dev.config.vk_ring && dtype_size(p.state_dtype) == 2;
+  int stages = o.token_ring_stages >= 0 ? o.token_ring_stages : ring ? 2 : 0;
+  stages = std::min(stages, block_rounds);
+  if (stages > 0 && (size_t(smem(stages).bytes) + 8 * 1024) * kTokenBlocksPerSm > dev.config.max_block_smem)
+    stages = 0;
+  plan.token_smem = smem(stages);
   plan.smem = size_t(plan.token_smem.bytes);
   return plan;
 }
@@ -463,13 +503,14 @@ void describe_plan(const Plan& plan, char* buf, size_t size) {
   static const char* const kNames[] = {"vk_step", "vk_wave", "vk_fused", "kv_step", "kv_fused", "tokens"};
   const char* state = plan.state_dtype == DType::kF32 ? "f32" : plan.state_dtype == DType::kF16 ? "f16" : "bf16";
   std::snprintf(buf, size,
-                "%s<%s,dk%d,%s%d,io=%s%s%s%s%s%s> grid %u x %u smem %zu cluster %d ipw %d iph %d bph %d%s%s%s",
+                "%s<%s,dk%d,%s%d,io=%s%s%s%s%s%s> grid %u x %u smem %zu cluster %d ipw %d iph %d bph %d%s%s%s%s",
                 kNames[int(plan.kernel)], state, plan.dk_cap, plan.layout == Layout::kKV ? "w" : "p", plan.tile,
                 io_name(plan.io), plan.l2_hints ? ",l2" : "", plan.norm ? ",norm" : "",
                 plan.norm_only ? ",norm_only" : "", plan.pdl_twin ? ",pdl" : "", plan.indexed ? ",indexed" : "",
                 plan.grid, plan.block, plan.smem, plan.cluster, plan.items_per_warp, plan.items_per_head,
                 plan.blocks_per_head, plan.small_loads_first ? " small-first" : "",
-                plan.programmatic ? " programmatic" : "", plan.vector_runs ? " vector-runs" : "");
+                plan.programmatic ? " programmatic" : "", plan.vector_runs ? " vector-runs" : "",
+                plan.token_smem.ring_stages > 0 ? " ring" : "");
 }
 
 }  // namespace gpu

@@ -60,6 +60,7 @@ struct PlanOverrides {
   bool spread_pdl_smem{true};   // false: a programmatic launch keeps its own shared memory
   size_t min_step_smem{0};      // pad a step launch's dynamic shared memory (fewer blocks an SM)
   int kernel_load_order{-1};    // 0 / 1: the kernels' load order as a plain / programmatic launch
+  int token_ring_stages{-1};    // >= 0: (tokens) the state ring's stages, 0 none (max_items_per_warp: rounds a block)
 };
 
 struct Plan {

@@ -128,18 +128,23 @@ constexpr size_t fused_smem_bytes(int G, int Dk, int Dv, bool cluster) {
 }
 
 // The multi-token kernel's shared memory (docs/decisions.md#token-kernel), as
-// offsets in floats from its start: every token's l2-normalized q and k of the
+// offsets in floats from its start: (ring on) the state's ring, `ring_stages`
+// rounds of every thread's vectors; every token's l2-normalized q and k of the
 // group's k-head, k_hat . q_hat, the gates of the G heads, v of the block's
 // `vcols` group columns, (norm on) every raw output of the group, and the
 // tokens' write slots (int64, 8-byte aligned). One function for the planner
 // and the kernel, so both lay it out alike.
 struct TokenSmem {
-  int qn, kn, kq, decay, beta, v, out, slots;
+  int ring, ring_stages, qn, kn, kq, decay, beta, v, out, slots;
   int bytes;
 };
-constexpr TokenSmem token_smem(int T, int dk, int dv, int G, int vcols, bool norm) {
+constexpr TokenSmem token_smem(int T, int dk, int dv, int G, int vcols, bool norm, int ring_stages = 0,
+                               int ring_vecs_per_stage = 0) {
   TokenSmem s{};
   int f = 0;
+  s.ring = f;
+  s.ring_stages = ring_stages;
+  f += ring_stages * ring_vecs_per_stage * 4;  // (16-byte vectors; the start is 16-byte aligned)
   s.qn = f;
   f += T * dk;
   s.kn = f;
@@ -165,6 +170,15 @@ constexpr TokenSmem token_smem(int T, int dk, int dv, int G, int vcols, bool nor
 // states, 1 for 16-bit ones, whose second unit spilled at 128 registers.  #token-kernel
 constexpr int kTokenWarps = 8;
 constexpr int token_units(int state_bytes) { return state_bytes == 4 ? 2 : 1; }
+// 16-byte state vectors a thread holds for one round of units: token_units
+// times a vk lane's item (unroll x chunks) or a kv thread's rows of a tile.
+constexpr int token_round_vecs(int warp, int state_bytes, Layout layout, int dk_cap) {
+  const int item = layout == Layout::kVK
+                       ? vk_geom(warp, state_bytes, dk_cap, default_tile(state_bytes, layout)).unroll *
+                             vk_geom(warp, state_bytes, dk_cap, default_tile(state_bytes, layout)).chunks_per_lane
+                       : kv_geom(warp, state_bytes, dk_cap, kTokenWarps).rows;
+  return token_units(state_bytes) * item;
+}
 // The dynamic shared memory it may use: a block's, less 8 KiB for the kv
 // tile's static partial sums.
 constexpr size_t token_smem_limit(const BuildConfig& c) { return c.max_block_smem - 8 * 1024; }

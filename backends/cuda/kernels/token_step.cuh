@@ -266,8 +266,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       return i < Dk && j < Dv;
     }
   };
+  // unit u's head in the read slot
+  auto unit_base = [&](int u) -> const T* {
+    return pool + r.s_in * p.state_slot_stride + int64_t(group_head(p, hk, unit_member(u), G)) * head_elems;
+  };
   auto load_unit = [&](int u, V (&s)[kOuter][kInner]) {
-    const T* base = pool + r.s_in * p.state_slot_stride + int64_t(group_head(p, hk, unit_member(u), G)) * head_elems;
+    const T* base = unit_base(u);
 #pragma unroll
     for (int o = 0; o < kOuter; ++o)
 #pragma unroll
@@ -297,6 +301,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   constexpr int kU = gpu::traits::token_units(int(sizeof(T)));
   const int u_first = kVK ? u0 + warp : u0, u_round = kVK ? kWarps * kU : kU, u_stride = kVK ? kWarps : 1;
   using State = V[kU][kOuter][kInner];
+  static_assert(kU * kOuter * kInner ==
+                    gpu::traits::token_round_vecs(kWarp, int(sizeof(T)), Tr::kLayoutOf, kDk),
+                "the planner's ring holds a round of the thread's vectors");
   auto load_round = [&](int ub, State& st) {
 #pragma unroll
     for (int k = 0; k < kU; ++k) {
@@ -314,9 +321,58 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     }
   };
 
-  // ---- 0. the first round's state in flight before the small loads
+  // The state's ring (geo.smem.ring_stages > 0, a block of several rounds;
+  // docs/decisions.md#token-kernel): round n of the thread's units is copy
+  // group n, landing in stage n % stages; round n + stages is issued once
+  // round n's tokens have run, so stages - 1 rounds fly while one runs,
+  // without registers. A thread copies in and reads back only its own
+  // vectors (kThreads apart: conflict-free), so no barrier is needed.
+  const int stages = geo.smem.ring_stages;
+  V* const ring = reinterpret_cast<V*>(smf + geo.smem.ring) + tid;
+  auto ring_at = [&](int stage, int k, int o, int c) {
+    return ring + (((stage * kU + k) * kOuter + o) * kInner + c) * Tr::kThreads;
+  };
+  auto issue_round = [&](int n, int stage) {
+    const int ub = u_first + n * u_round;
+    if (ub < u1) {
+#pragma unroll
+      for (int k = 0; k < kU; ++k) {
+        const int u = ub + k * u_stride;
+        const T* base = unit_base(u < u1 ? u : ub);
+#pragma unroll
+        for (int o = 0; o < kOuter; ++o)
+#pragma unroll
+          for (int c = 0; c < kInner; ++c) {
+            int off = 0;
+            const bool in = u < u1 && vec_at(u, o, c, off);
+            copy16_async(ring_at(stage, k, o, c), base + (in ? off : 0), in);
+          }
+      }
+    }
+    async_commit();  // (empty past the last round: group n stays round n)
+  };
+  auto fetch_round = [&](int stage, State& st) {
+    if (stages == 1)
+      async_wait<0>();
+    else if (stages == 2)
+      async_wait<1>();
+    else
+      async_wait<2>();
+#pragma unroll
+    for (int k = 0; k < kU; ++k)
+#pragma unroll
+      for (int o = 0; o < kOuter; ++o)
+#pragma unroll
+        for (int c = 0; c < kInner; ++c) st[k][o][c] = *ring_at(stage, k, o, c);
+  };
+
+  // ---- 0. the first round's state in flight before the small loads (the
+  // ring: its first stages' rounds)
   State s;
-  load_round(u_first, s);
+  if (stages > 0)
+    for (int n = 0; n < stages; ++n) issue_round(n, n);
+  else
+    load_round(u_first, s);
 
   // ---- 1. the tokens' inputs into shared memory: every load of a thread
   // issued before any is used (one memory latency, not one a loop trip)
@@ -445,8 +501,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
                      int64_t(t) * p.intermediate_token_stride + int64_t(h) * head_elems,
                  st);
   };
-  for (int ub = u_first; ub < u1; ub += u_round) {
-    if (ub != u_first) load_round(ub, s);
+  int stage = 0;
+  for (int ub = u_first, n = 0; ub < u1; ub += u_round, ++n) {
+    if (stages > 0)
+      fetch_round(stage, s);
+    else if (ub != u_first)
+      load_round(ub, s);
     int g[kU], h[kU], j0[kU];
     bool ok[kU];
 #pragma unroll
@@ -567,6 +627,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     for (int k = 0; k < kU; ++k)
       if (ok[k] && r.s_out >= 0)
         store_unit(ub + k * u_stride, pool + r.s_out * p.state_slot_stride + int64_t(h[k]) * head_elems, s[k]);
+    if (stages > 0) {
+      // (this stage's vectors are in registers and used: the copies may reuse it)
+      issue_round(n + stages, stage);
+      stage = stage + 1 == stages ? 0 : stage + 1;
+    }
   }
 
   // ---- 4. the gated RMSNorm of each (token, head), the fused kernels' order:
