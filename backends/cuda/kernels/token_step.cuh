@@ -167,7 +167,8 @@ __device__ __forceinline__ void token_conv(const DecodeParams& p, const TokenRow
   }
 }
 
-// The kernel. Phases: (0) the block's first round of units' state into registers;
+// The kernel. Phases: (0) the block's first round of units' state into
+// registers (or, through the ring, its first rounds into shared memory);
 // (1) every token's q, k, v (or the conv prologue's outputs), gates and write
 // slots into shared memory; (2) each token's q and k l2-normalized by the
 // layout's lanes, as the one-token kernels do; (3) the units, each read once
