@@ -1,9 +1,10 @@
-"""bench/peers.py's correctness guard, on the CPU: its self-test runs the floors' copy kernels,
-gdnkit (checked against float64) and the Triton peer kernel written there (vLLM's and SGLang's
+"""bench/peers.py's correctness guard: its self-test runs the floors' copy kernels, gdnkit
+(checked against float64) and the Triton peer kernel written there (vLLM's and SGLang's
 fused_sigmoid_gating_delta_rule_update semantics; and FLA's fused_recurrent when `fla` imports)
-at small heads, one and four tokens, both layouts and state dtypes, through Triton's interpreter,
-and exits 1 on any disagreement. A peer kernel or floor that computes the wrong thing cannot post
-a time on the GPU, and this keeps that guard honest where no GPU is."""
+at one and four tokens, both layouts and state dtypes, and exits 1 on any disagreement. Without a
+GPU it runs at small heads through Triton's interpreter; with one, compiled on the GPU at the
+benchmark's shape (the interpreter is for CPU tensors). A peer kernel or floor that computes the
+wrong thing cannot post a time on the GPU, and this keeps that guard honest where no GPU is."""
 import os
 import pathlib
 import subprocess
@@ -18,7 +19,12 @@ PEERS = pathlib.Path(__file__).resolve().parents[2] / "bench" / "peers.py"
 
 
 def test_peers_self_test():
-    env = dict(os.environ, TRITON_INTERPRET="1")
+    import torch
+
+    env = dict(os.environ)
+    env.pop("TRITON_INTERPRET", None)
+    if not torch.cuda.is_available():
+        env["TRITON_INTERPRET"] = "1"
     # the package under test, as this interpreter imports it
     import gdnkit
 
