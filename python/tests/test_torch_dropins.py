@@ -701,6 +701,69 @@ def test_vllm_spec_decode_null_block_and_kv_pool(device):
     assert not torch.equal(p1[5], pool_kv[5])
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("wrapper", ["sigmoid_gating", "recurrent"])
+def test_vllm_uncut_inputs_as_vllm_passes_them(device, wrapper):
+    """What vLLM's callers pass uncut, read as vLLM's kernels read it: index tables with rows
+    past the sequences (the decodes of a mixed batch with the whole table; a padded table in
+    the CUDA-graph spec path), gates for more tokens than q holds (the spec path passes every
+    scheduled token's), q padded past cu_seqlens[-1], num_accepted_tokens = 0 (clamped to 1).
+    Each gives the bits of the same call on the cut inputs, and touches nothing else."""
+    lengths = [2, 3, 1]
+    t = spec_inputs(device, N=3, T=3, lengths=lengths, slots=20, seed=61)
+    total, N, T, HV = sum(lengths), 3, 3, t["v"].shape[-2]
+    # every gate tensor passed is a prefix of these (precomputed once: torch's vectorized
+    # softplus may round a tensor's tail differently from a longer one's)
+    extra = torch.randn(4, HV, generator=torch.Generator().manual_seed(62)).to(t["a"].dtype)
+    a_all, b_all = torch.cat([t["a"], extra.to(device)]), torch.cat([t["b"], extra.to(device)])
+    g_all = -torch.exp(t["A_log"]) * F.softplus(a_all.float() + t["dt_bias"])
+    beta_all = torch.sigmoid(b_all.float())
+
+    def call(q, k, v, n_gates, state, **kw):
+        if wrapper == "sigmoid_gating":
+            return vllm.fused_sigmoid_gating_delta_rule_update(
+                t["A_log"], a_all[:n_gates], b_all[:n_gates], t["dt_bias"], q, k, v,
+                initial_state=state, use_qk_l2norm_in_kernel=True, **kw)
+        return vllm.fused_recurrent_gated_delta_rule(
+            q, k, v, g_all[None, :n_gates], beta_all[None, :n_gates], initial_state=state,
+            use_qk_l2norm_in_kernel=True, **kw)
+
+    def both(cut, uncut):
+        pools = [t["state"].clone(), t["state"].clone()]
+        o_cut, _ = cut(pools[0])
+        o_uncut, _ = uncut(pools[1])
+        assert torch.equal(o_uncut[:, :o_cut.shape[1]], o_cut)
+        assert torch.equal(pools[1], pools[0]) and not torch.equal(pools[0], t["state"])
+
+    q, k, v, cu = t["q"], t["k"], t["v"], t["cu"]
+    table = torch.arange(N * T, dtype=torch.int32, device=device).reshape(N, T) + 2
+    padded_table = torch.cat([table, torch.full((2, T), -1, dtype=torch.int32, device=device)])
+    acc = torch.tensor([2, 1, 3], dtype=torch.int32, device=device)
+    padded_acc = torch.cat([acc, torch.ones(2, dtype=torch.int32, device=device)])
+    # spec decode: padded table and counts, gates past q's tokens, q padded past the rows
+    pad_q = lambda x: torch.cat([x, x[:, :2]], 1)  # noqa: E731
+    both(lambda s: call(q, k, v, total, s, cu_seqlens=cu, ssm_state_indices=table,
+                        num_accepted_tokens=acc),
+         lambda s: call(pad_q(q), pad_q(k), pad_q(v), total + 4, s, cu_seqlens=cu,
+                        ssm_state_indices=padded_table, num_accepted_tokens=padded_acc))
+    # num_accepted_tokens = 0 reads the row's first slot, as 1 does
+    zero = torch.zeros(N, dtype=torch.int32, device=device)
+    one = torch.ones(N, dtype=torch.int32, device=device)
+    both(lambda s: call(q, k, v, total, s, cu_seqlens=cu, ssm_state_indices=table,
+                        num_accepted_tokens=one),
+         lambda s: call(q, k, v, total, s, cu_seqlens=cu, ssm_state_indices=table,
+                        num_accepted_tokens=zero))
+    # decodes of a mixed batch: one token a sequence, the whole 1-D table, q padded or not
+    dec = torch.arange(N + 1, dtype=torch.int32, device=device)
+    slots = torch.tensor([7, -1, 4, 11, 12], dtype=torch.int32, device=device)
+    q1, k1, v1 = q[:, :N], k[:, :N], v[:, :N]
+    for padded in (False, True):
+        pq = pad_q if padded else (lambda x: x)  # noqa: E731
+        both(lambda s: call(q1, k1, v1, N, s, cu_seqlens=dec, ssm_state_indices=slots[:N]),
+             lambda s: call(pq(q1), pq(k1), pq(v1), N + 2 if padded else N, s, cu_seqlens=dec,
+                            ssm_state_indices=slots))
+
+
 def test_vllm_several_tokens_refused_nothing_written():
     t = spec_inputs("cpu", N=2, T=2, slots=6, seed=25)
     pool = t["state"].clone()

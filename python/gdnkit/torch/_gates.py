@@ -91,13 +91,15 @@ def store_rows(dst, dst_index, ok, src, src_index):
     dst.index_copy_(0, dst_index, blocks)
 
 
-def check_packed_rows(cu_seqlens, total, T, who):
-    """With cu_seqlens: rows inside the packed tokens [0, total), each of at most T tokens.
-    A row outside would be skipped by gdnkit (and counted), so it is refused instead, by
-    torch's asynchronous assert: at once on the CPU, at the stream's next synchronization
-    on a GPU (before the step writes anything), never with a host sync on the call."""
+def check_packed_rows(cu_seqlens, total, T, who, padded=False):
+    """With cu_seqlens: rows inside the packed tokens [0, total), each of at most T tokens,
+    ending at total (padded: at or before it; the tokens past the last row are padding that
+    nothing reads, as vLLM's kernels treat a padded batch). A row outside would be skipped
+    by gdnkit (and counted), so it is refused instead, by torch's asynchronous assert: at
+    once on the CPU, at the stream's next synchronization on a GPU (before the step writes
+    anything), never with a host sync on the call."""
     lengths = cu_seqlens[1:] - cu_seqlens[:-1]
-    torch._assert_async(((lengths >= 0) & (lengths <= T)).all() & (cu_seqlens[0] == 0)
-                        & (cu_seqlens[-1] == total),
-                        f"{who}: cu_seqlens must rise from 0 to {total} by at most {T} tokens "
-                        f"a sequence")
+    end = (cu_seqlens[-1] <= total) if padded else (cu_seqlens[-1] == total)
+    torch._assert_async(((lengths >= 0) & (lengths <= T)).all() & (cu_seqlens[0] == 0) & end,
+                        f"{who}: cu_seqlens must rise from 0 to {'at most ' if padded else ''}{total} "
+                        f"by at most {T} tokens a sequence")

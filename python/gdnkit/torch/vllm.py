@@ -45,15 +45,23 @@ row within q, at most T tokens) is checked by torch's asynchronous assert, as fo
 token below. On a GPU, a call whose tokens do not fit one block's shared memory is
 refused (ValueError, nothing written; docs/operation.md, "Multi-token decode").
 
+Read as vLLM's kernels read them (its callers pass these uncut): index tables and
+num_accepted_tokens with rows past the N sequences (the rows past N are never read: the
+decodes of a mixed batch pass the whole table, the CUDA-graph spec path a padded one);
+a, b (g, beta) for more tokens than q holds (only q's tokens' are read); with cu_seqlens,
+q padded past cu_seqlens[-1] (the padding tokens' outputs left unwritten; a 1-D table then
+means one token a sequence, and a row of several is refused by the asynchronous assert);
+num_accepted_tokens below 1 counts as 1, as vLLM clamps it.
+
 Differences: padding rows get a zero output row (vLLM leaves them unwritten); a sequence
 whose first slot is padding has every token's output zero and stores nothing; without
 ssm_state_indices row n uses slot n (vLLM reads the slot of the row's first token
-position out of place, and needs the table in place); num_accepted_tokens outside [1, T]
+position out of place, and needs the table in place); num_accepted_tokens above T
 makes the sequence padding (vLLM reads whatever the table holds there); out of place with
 dense q and N > 1, final_state has N*T entries (vLLM allocates T and writes past them);
 entries of final_state for padding sequences are left uninitialized, as vLLM leaves them.
 Not supported (NotImplementedError): several tokens per sequence in place without 2-D
-ssm_state_indices, a 1-D table with several tokens, is_kda=True, per-channel beta,
+ssm_state_indices, a 1-D table with several tokens of dense q, is_kda=True, per-channel beta,
 retrieve_parent_token (EAGLE trees), softplus thresholds below 15. With one token per
 sequence (1-D ssm_state_indices, as many tokens as sequences) cu_seqlens must be [0, 1,
 ..., N]: anything else fails torch's asynchronous assert (at once on the CPU, at the
@@ -150,7 +158,13 @@ def _decode_tokens(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_s
     HV, V = v.shape[-2:]
     dev = q.device
     idx = ssm_state_indices
-    if idx is not None and idx.ndim != 2:
+    one_per_row = idx is not None and idx.ndim == 1 and cu_seqlens is not None
+    if one_per_row:
+        # A 1-D table with packed rows: one token a sequence, entry n its slot, q padded past
+        # cu_seqlens[-1] (a padded decode batch). vLLM's kernel reads token t of sequence n
+        # at entry n + t, the next sequence's: rows of several tokens are refused below.
+        idx = idx.reshape(-1, 1)
+    elif idx is not None and idx.ndim != 2:
         # vLLM reads slot i_t of a 1-D table as the next sequence's entry: not meaningful
         raise NotImplementedError(
             f"{who}: several tokens per sequence need ssm_state_indices [N, T] (one slot per "
@@ -173,12 +187,27 @@ def _decode_tokens(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_s
                              f"{idx.shape[0]}")
         # T bounds every row; the table's columns are the slots a row may use
         T = min(idx.shape[1] if idx is not None else max(total, 1), _ops.MAX_TOKENS)
-        check_packed_rows(cu_seqlens, total, T, who)
+        check_packed_rows(cu_seqlens, total, T, who, padded=True)
     if idx is not None:
         if idx.dtype not in (torch.int32, torch.int64):
             idx = idx.to(torch.int32)
         if null_block_id is not None:  # releases that mark padding with a null slot (<= id)
             idx = torch.where(idx <= null_block_id, -1, idx)
+    # q padded past N * T tokens (a padded batch): no row of at most T tokens reaches the
+    # tokens past N * T, so the call takes the first N * T and the output its padding back
+    # (unwritten, as vLLM leaves it).
+    cap = min(total, N * T)
+    out_shape = v.shape
+    if cap < total:
+        q, k, v = (x.narrow(1, 0, cap) for x in (q, k, v))
+        a, b = (x.narrow(0, 0, cap) if x.ndim == 2 else x.narrow(1, 0, cap) for x in (a, b))
+
+    def full(o):
+        o = o.reshape(v.shape)
+        if cap < total:
+            o = torch.cat([o, o.new_empty((1, total - cap, *o.shape[2:]))], 1)
+        return o.reshape(out_shape)
+
     step = dict(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, layout=layout,
                 gate=gate, l2norm=l2norm, scale=float(scale), out_dtype=q.dtype, num_tokens=T)
 
@@ -197,7 +226,7 @@ def _decode_tokens(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_s
             num_accepted_tokens=None if num_accepted_tokens is None
             else _index_like(num_accepted_tokens, idx),
             cu_seqlens=None if cu_seqlens is None else _index_like(cu_seqlens, idx))
-        return o.reshape(v.shape), initial_state
+        return full(o), initial_state
 
     # Out of place: vLLM's final_state holds the state after every token at the token's
     # position ([total tokens, HV, ...]). One pool of total + N slots: the N initial states
@@ -227,7 +256,31 @@ def _decode_tokens(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_s
     per_token = starts[:, None] + torch.arange(T, device=dev)[None, :]
     o = _ops.decode_kw(**step, state=pool, state_indices=read, token_state_indices=per_token,
                        cu_seqlens=None if cu_seqlens is None else cu_seqlens.to(torch.int64))
-    return o.reshape(v.shape), pool[:total]
+    return full(o), pool[:total]
+
+
+def _first(x, n, dim):
+    """x cut to its first n entries along dim, where it has more."""
+    return x if x is None or x.ndim <= dim or x.shape[dim] <= n else x.narrow(dim, 0, n)
+
+
+def _what_vllm_reads(k, a, b, cu_seqlens, ssm_state_indices, num_accepted_tokens):
+    """The parts of the inputs vLLM's kernels read, which callers pass uncut: its grid runs
+    a program per sequence (N = len(cu_seqlens) - 1, or the batch), so the index tables'
+    rows past N are never read (the mixed decode + prefill batch passes the whole table
+    with the decodes' cu_seqlens; the CUDA-graph spec path a padded one); its gates are
+    read at the tokens' positions, so a, b past q's tokens are never read (the spec path
+    passes every scheduled token's). num_accepted_tokens = 0 is clamped to 1, as vLLM's
+    kernels do (the row starts from its first slot)."""
+    n_seq = k.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    tokens = k.shape[0] * k.shape[1]
+    ssm_state_indices = _first(ssm_state_indices, n_seq, 0)
+    num_accepted_tokens = _first(num_accepted_tokens, n_seq, 0)
+    if num_accepted_tokens is not None:
+        num_accepted_tokens = num_accepted_tokens.clamp(min=1)
+    if k.shape[0] == 1:  # packed (or one-row) tokens: gates [tokens, HV] or [1, tokens, HV]
+        a, b = (_first(x, tokens, 0) if x.ndim == 2 else _first(x, tokens, 1) for x in (a, b))
+    return a, b, ssm_state_indices, num_accepted_tokens
 
 
 def _decode(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_state,
@@ -235,6 +288,8 @@ def _decode(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_state,
             use_qk_l2norm_in_kernel, state_layout, null_block_id):
     if scale is not None:
         assert scale > 0, "scale must be positive"
+    a, b, ssm_state_indices, num_accepted_tokens = _what_vllm_reads(
+        k, a, b, cu_seqlens, ssm_state_indices, num_accepted_tokens)
     if _several_tokens(k, cu_seqlens, ssm_state_indices):
         return _decode_tokens(
             who, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, gate=gate,
