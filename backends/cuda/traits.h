@@ -173,10 +173,8 @@ constexpr int token_units(int state_bytes) { return state_bytes == 4 ? 2 : 1; }
 // 16-byte state vectors a thread holds for one round of units: token_units
 // times a vk lane's item (unroll x chunks) or a kv thread's rows of a tile.
 constexpr int token_round_vecs(int warp, int state_bytes, Layout layout, int dk_cap) {
-  const int item = layout == Layout::kVK
-                       ? vk_geom(warp, state_bytes, dk_cap, default_tile(state_bytes, layout)).unroll *
-                             vk_geom(warp, state_bytes, dk_cap, default_tile(state_bytes, layout)).chunks_per_lane
-                       : kv_geom(warp, state_bytes, dk_cap, kTokenWarps).rows;
+  const VkGeom vk = vk_geom(warp, state_bytes, dk_cap, default_tile(state_bytes, layout));
+  const int item = layout == Layout::kVK ? vk.unroll * vk.chunks_per_lane : kv_geom(warp, state_bytes, dk_cap, kTokenWarps).rows;
   return token_units(state_bytes) * item;
 }
 // The dynamic shared memory it may use: a block's, less 8 KiB for the kv
