@@ -50,7 +50,8 @@ num_accepted_tokens with rows past the N sequences (the rows past N are never re
 decodes of a mixed batch pass the whole table, the CUDA-graph spec path a padded one);
 a, b (g, beta) for more tokens than q holds (only q's tokens' are read); with cu_seqlens,
 q padded past cu_seqlens[-1] (the padding tokens' outputs left unwritten; a 1-D table then
-means one token a sequence, and a row of several is refused by the asynchronous assert);
+means one token a sequence, run as one-token decode, cu_seqlens checked to be [0, 1, ...,
+N] by the asynchronous assert);
 num_accepted_tokens below 1 counts as 1, as vLLM clamps it.
 
 Differences: padding rows get a zero output row (vLLM leaves them unwritten); a sequence
@@ -290,6 +291,23 @@ def _decode(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_state,
         assert scale > 0, "scale must be positive"
     a, b, ssm_state_indices, num_accepted_tokens = _what_vllm_reads(
         k, a, b, cu_seqlens, ssm_state_indices, num_accepted_tokens)
+    n_seq = None if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    if (n_seq is not None and ssm_state_indices is not None and ssm_state_indices.ndim == 1
+            and k.shape[0] == 1 and k.shape[1] > n_seq):
+        # A padded decode batch (q past cu_seqlens[-1], a 1-D table): one token a sequence,
+        # so the first N tokens through the one-token path (cu_seqlens checked to be
+        # [0, 1, ..., N] there) and the output's padding back, unwritten as vLLM leaves it.
+        shape = v.shape
+        q, k, v = (x.narrow(1, 0, n_seq) for x in (q, k, v))
+        a, b = (_first(x, n_seq, 0) if x.ndim == 2 else _first(x, n_seq, 1) for x in (a, b))
+        o, final = _decode(who, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, gate=gate,
+                           scale=scale, initial_state=initial_state,
+                           inplace_final_state=inplace_final_state, cu_seqlens=cu_seqlens,
+                           ssm_state_indices=ssm_state_indices,
+                           num_accepted_tokens=num_accepted_tokens,
+                           use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                           state_layout=state_layout, null_block_id=null_block_id)
+        return torch.cat([o, o.new_empty((1, shape[1] - n_seq, *shape[2:]))], 1), final
     if _several_tokens(k, cu_seqlens, ssm_state_indices):
         return _decode_tokens(
             who, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, gate=gate,
