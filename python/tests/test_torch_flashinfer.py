@@ -306,7 +306,8 @@ def test_fp16_inputs_not_rounded_to_bf16(device, state_dtype):
 
 def test_refused():
     """Unsupported options raise NotImplementedError naming the argument; arguments
-    FlashInfer asserts on raise ValueError; nothing is written either way."""
+    FlashInfer asserts on raise an error that is both ValueError and AssertionError (what
+    FlashInfer's assert raises); nothing is written either way."""
     t = fi_inputs("cpu", state_dtype=torch.bfloat16, slots=SLOTS, seed=12)
     read, _ = pool_slots("cpu", split=False, seed=13)
     pool = t["state"].clone()
@@ -321,6 +322,8 @@ def test_refused():
 
     # FlashInfer's one-token entries assert T == 1 (its MTP path is another entry).
     with pytest.raises(ValueError, match="T = 2"):
+        fi.gated_delta_rule_decode(q2, k2, v2, pool[:B].transpose(-1, -2), *gates)
+    with pytest.raises(AssertionError, match="T = 2"):  # as FlashInfer's own tests expect it
         fi.gated_delta_rule_decode(q2, k2, v2, pool[:B].transpose(-1, -2), *gates)
     with pytest.raises(ValueError, match="T = 2"):
         fi.gated_delta_rule(*gates[:3], q=q2, k=k2, v=v2, b=t["b"], initial_state_source=pool,

@@ -139,7 +139,9 @@ Deliberate differences from FlashInfer:
     initial_state_indices (row n uses slot n, as FlashInfer releases before its
     pool-only kernels did). A pool whose per-slot blocks are not packed ([HV, V, K]
     dense) is stepped on a packed copy that is written back.
-  - Arguments FlashInfer checks with `assert` raise ValueError here, naming them: T > 1
+  - Arguments FlashInfer checks with `assert` raise ArgumentError here, naming them
+    (a ValueError that is also an AssertionError, so that either except clause, the
+    caller's of FlashInfer or a Python caller's, catches it): T > 1
     on gated_delta_rule_decode and gated_delta_rule (FlashInfer's entries for one token
     a sequence), an intermediate_states_buffer of the wrong shape, dtype or layout,
     ssm_state_indices together with intermediate_states_buffer or
@@ -156,6 +158,13 @@ import torch
 from . import _ops
 from ._gates import raw_gate_inputs
 
+
+
+class ArgumentError(ValueError, AssertionError):
+    """A bad argument: FlashInfer checks its arguments with `assert` (AssertionError), Python
+    callers expect ValueError; this is both."""
+
+
 _WHO_PRETRANSPOSE = "gated_delta_rule_decode_pretranspose"
 _WHO_MTP = "gated_delta_rule_mtp"
 _WHO_DECODE = "gated_delta_rule_decode"
@@ -164,7 +173,7 @@ _WHO_BF16 = "gated_delta_rule"
 
 def _shape_bthd(q, v, who):
     if q.ndim != 4 or v.ndim != 4:
-        raise ValueError(f"{who}: q, k [B, T, H, K] and v [B, T, HV, V] must be 4-D, got q "
+        raise ArgumentError(f"{who}: q, k [B, T, H, K] and v [B, T, HV, V] must be 4-D, got q "
                          f"{tuple(q.shape)}, v {tuple(v.shape)}")
     B, T, H, K = q.shape
     return B, T, H, K, v.shape[2], v.shape[3]
@@ -173,7 +182,7 @@ def _shape_bthd(q, v, who):
 def _one_token(T, who):
     # FlashInfer asserts T == 1 on these entries; its multi-token path is another entry.
     if T != 1:
-        raise ValueError(
+        raise ArgumentError(
             f"{who}: takes one token per sequence (q [B, 1, H, K]), got T = {T}; several "
             f"tokens per sequence go through {_WHO_MTP} or {_WHO_PRETRANSPOSE}")
 
@@ -189,15 +198,15 @@ def _scale_value(scale, K, who):
 
 def _output_shape(output, shape, who):
     if output is not None and tuple(output.shape) != shape:
-        raise ValueError(f"{who}: expected output shape [{', '.join(map(str, shape))}], got "
+        raise ArgumentError(f"{who}: expected output shape [{', '.join(map(str, shape))}], got "
                          f"{tuple(output.shape)}")
 
 
 def _slot_indices(idx, B, name, who):
     if idx.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"{who}: {name} must be int32 or int64, got {idx.dtype}")
+        raise ArgumentError(f"{who}: {name} must be int32 or int64, got {idx.dtype}")
     if tuple(idx.shape) != (B,):
-        raise ValueError(f"{who}: expected {name} shape [{B}], got {tuple(idx.shape)}")
+        raise ArgumentError(f"{who}: expected {name} shape [{B}], got {tuple(idx.shape)}")
     return idx if idx.stride(0) == 1 else idx.contiguous()
 
 
@@ -250,14 +259,14 @@ def _intermediate_blocks(buffer, B, T, HV, V, K, dtype, who):
     t: FlashInfer's kernels address the buffer that way whatever its step count."""
     if buffer.ndim != 5 or buffer.shape[0] < B or buffer.shape[1] < T or \
             tuple(buffer.shape[2:]) != (HV, V, K):
-        raise ValueError(f"{who}: expected intermediate_states_buffer shape [>= {B}, >= {T}, "
+        raise ArgumentError(f"{who}: expected intermediate_states_buffer shape [>= {B}, >= {T}, "
                          f"{HV}, {V}, {K}] ([B, T, HV, V, K]), got {tuple(buffer.shape)}")
     if buffer.dtype != dtype:
-        raise ValueError(f"{who}: intermediate_states_buffer must be in the state's dtype "
+        raise ArgumentError(f"{who}: intermediate_states_buffer must be in the state's dtype "
                          f"{dtype}, got {buffer.dtype}")
     if not buffer.is_contiguous():
         # A copy would take the writes the caller expects to find in the buffer.
-        raise ValueError(f"{who}: intermediate_states_buffer must be contiguous, got stride "
+        raise ArgumentError(f"{who}: intermediate_states_buffer must be contiguous, got stride "
                          f"{buffer.stride()}")
     return buffer.view(-1, HV, V, K)
 
@@ -271,7 +280,7 @@ def _tokens(who, *, q, k, v, a, b, A_log, dt_bias, pool, read, write, buffer, ss
     _output_shape(output, (B, T, HV, V), who)
     for name, x in (("a", a), ("b", b)):
         if tuple(x.shape) != (B, T, HV):
-            raise ValueError(f"{who}: expected {name} shape [{B}, {T}, {HV}], got "
+            raise ArgumentError(f"{who}: expected {name} shape [{B}, {T}, {HV}], got "
                              f"{tuple(x.shape)}")
     intermediate = None
     if buffer is not None:
@@ -333,22 +342,22 @@ def gated_delta_rule_decode_pretranspose(
     who = _WHO_PRETRANSPOSE
     B, T, H, K, HV, V = _shape_bthd(q, v, who)
     if (intermediate_states_buffer is not None or disable_state_update) and T == 1:
-        raise ValueError(f"{who}: intermediate_states_buffer and disable_state_update are "
+        raise ArgumentError(f"{who}: intermediate_states_buffer and disable_state_update are "
                          f"supported only by BF16 pretranspose decode with T > 1")
     use_pool = initial_state is not None
     if use_pool != (initial_state_indices is not None):
-        raise ValueError(f"{who}: initial_state and initial_state_indices must be provided "
+        raise ArgumentError(f"{who}: initial_state and initial_state_indices must be provided "
                          f"together")
     if output_state_indices is not None and not use_pool:
-        raise ValueError(f"{who}: output_state_indices can only be used with initial_state "
+        raise ArgumentError(f"{who}: output_state_indices can only be used with initial_state "
                          f"(pool mode)")
     if use_pool:
         pool_size = initial_state.shape[0]
         if tuple(initial_state.shape) != (pool_size, HV, V, K):
-            raise ValueError(f"{who}: expected initial_state shape [pool_size={pool_size}, "
+            raise ArgumentError(f"{who}: expected initial_state shape [pool_size={pool_size}, "
                              f"HV={HV}, V={V}, K={K}], got {tuple(initial_state.shape)}")
         if initial_state.stride(-1) != 1:
-            raise ValueError(f"{who}: initial_state must be K-contiguous (stride[-1] == 1), "
+            raise ArgumentError(f"{who}: initial_state must be K-contiguous (stride[-1] == 1), "
                              f"got stride={initial_state.stride()}")
         target = initial_state
         read = _slot_indices(initial_state_indices, B, "initial_state_indices", who)
@@ -356,9 +365,9 @@ def gated_delta_rule_decode_pretranspose(
                  _slot_indices(output_state_indices, B, "output_state_indices", who))
     else:
         if state is None:
-            raise ValueError(f"{who}: either state or initial_state must be provided")
+            raise ArgumentError(f"{who}: either state or initial_state must be provided")
         if tuple(state.shape) != (B, HV, V, K):
-            raise ValueError(f"{who}: expected state shape [B={B}, HV={HV}, V={V}, K={K}], "
+            raise ArgumentError(f"{who}: expected state shape [B={B}, HV={HV}, V={V}, K={K}], "
                              f"got {tuple(state.shape)}")
         target, read, write = state, None, None
     if T > 1:  # read None: the per-batch state is a pool of B slots, row n on slot n
@@ -403,31 +412,31 @@ def gated_delta_rule_mtp(
         disable_state_update = True
     B, T, H, K, HV, V = _shape_bthd(q, v, who)
     if initial_state is None or initial_state_indices is None:
-        raise ValueError(f"{who}: initial_state and initial_state_indices are required")
+        raise ArgumentError(f"{who}: initial_state and initial_state_indices are required")
     pool_size = initial_state.shape[0]
     if tuple(initial_state.shape) != (pool_size, HV, V, K):
-        raise ValueError(f"{who}: expected initial_state shape [pool_size={pool_size}, "
+        raise ArgumentError(f"{who}: expected initial_state shape [pool_size={pool_size}, "
                          f"HV={HV}, V={V}, K={K}], got {tuple(initial_state.shape)}")
     read = _slot_indices(initial_state_indices, B, "initial_state_indices", who)
     write = (None if output_state_indices is None else
              _slot_indices(output_state_indices, B, "output_state_indices", who))
     if ssm_state_indices is not None:
         if intermediate_states_buffer is not None:
-            raise ValueError(f"{who}: ssm_state_indices and intermediate_states_buffer are "
+            raise ArgumentError(f"{who}: ssm_state_indices and intermediate_states_buffer are "
                              f"mutually exclusive")
         if disable_state_update:
-            raise ValueError(f"{who}: ssm_state_indices requires state writes; "
+            raise ArgumentError(f"{who}: ssm_state_indices requires state writes; "
                              f"disable_state_update must be False")
         if T < 2:
-            raise ValueError(f"{who}: ssm_state_indices requires T >= 2 (got T={T})")
+            raise ArgumentError(f"{who}: ssm_state_indices requires T >= 2 (got T={T})")
         if tuple(ssm_state_indices.shape) != (B, T):
-            raise ValueError(f"{who}: ssm_state_indices must have shape [B={B}, T={T}], got "
+            raise ArgumentError(f"{who}: ssm_state_indices must have shape [B={B}, T={T}], got "
                              f"{tuple(ssm_state_indices.shape)}")
         if ssm_state_indices.dtype not in (torch.int32, torch.int64):
-            raise ValueError(f"{who}: ssm_state_indices must be int32 or int64, got "
+            raise ArgumentError(f"{who}: ssm_state_indices must be int32 or int64, got "
                              f"{ssm_state_indices.dtype}")
         if ssm_state_indices.device != q.device:
-            raise ValueError(f"{who}: ssm_state_indices device {ssm_state_indices.device} != "
+            raise ArgumentError(f"{who}: ssm_state_indices device {ssm_state_indices.device} != "
                              f"q device {q.device}")
     o = _tokens(who, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, pool=initial_state,
                 read=read, write=write, buffer=intermediate_states_buffer,
@@ -456,7 +465,7 @@ def gated_delta_rule_decode(
     _one_token(T, who)
     if state is None or tuple(state.shape) != (B, HV, K, V):
         got = None if state is None else tuple(state.shape)
-        raise ValueError(f"{who}: expected state shape [B={B}, HV={HV}, K={K}, V={V}], got {got}")
+        raise ArgumentError(f"{who}: expected state shape [B={B}, HV={HV}, K={K}, V={V}], got {got}")
     o = _step(who, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state=state,
               layout=_ops.KV, read=None, write=None, scale=scale,
               use_qk_l2norm=use_qk_l2norm, output=output)
@@ -487,16 +496,16 @@ def gated_delta_rule(
     for name, value in (("q", q), ("k", k), ("v", v), ("b", b),
                         ("initial_state_source", initial_state_source)):
         if value is None:
-            raise ValueError(f"{who}: {name} is required")
+            raise ArgumentError(f"{who}: {name} is required")
     B, T, H, K, HV, V = _shape_bthd(q, v, who)
     _one_token(T, who)
     pool_size = initial_state_source.shape[0]
     if tuple(initial_state_source.shape) != (pool_size, HV, V, K):
-        raise ValueError(f"{who}: expected initial_state_source shape [pool_size={pool_size}, "
+        raise ArgumentError(f"{who}: expected initial_state_source shape [pool_size={pool_size}, "
                          f"HV={HV}, V={V}, K={K}], got {tuple(initial_state_source.shape)}")
     if initial_state_indices is None:
         if output_state_indices is not None:
-            raise ValueError(f"{who}: output_state_indices needs initial_state_indices")
+            raise ArgumentError(f"{who}: output_state_indices needs initial_state_indices")
         read = write = None
     else:
         read = _slot_indices(initial_state_indices, B, "initial_state_indices", who)
@@ -513,6 +522,7 @@ gated_delta_rule_bf16state_cooprow = gated_delta_rule
 
 
 __all__ = [
+    "ArgumentError",
     "gated_delta_rule_decode_pretranspose",
     "gated_delta_rule_mtp",
     "gated_delta_rule_decode",
