@@ -764,6 +764,54 @@ def test_vllm_uncut_inputs_as_vllm_passes_them(device, wrapper):
                             ssm_state_indices=slots))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("wrapper", ["sigmoid_gating", "recurrent"])
+@pytest.mark.parametrize("spec", [False, True])
+def test_vllm_dual_index(device, wrapper, spec):
+    """vLLM's ssm_state_indices_output: the state read through ssm_state_indices and written
+    through the output table (a double-buffered pool). The read slots stay as they were,
+    the write slots hold bitwise what the in-place call left in the read slots, the output
+    is the in-place call's; None is in place; a column-strided table reads as its copy."""
+    lengths = [3, 3] if spec else [1, 1, 1]
+    N = len(lengths)
+    T = lengths[0]
+    t = spec_inputs(device, N=N, T=T, lengths=lengths, slots=24, seed=71)
+    g_all = -torch.exp(t["A_log"]) * F.softplus(t["a"].float() + t["dt_bias"])
+    beta_all = torch.sigmoid(t["b"].float())
+    perm = torch.randperm(23, generator=torch.Generator().manual_seed(72)).to(torch.int32) + 1
+    read = perm[:N * T].reshape(N, T).to(device) if spec else perm[:N].to(device)
+    write = perm[N * T:2 * N * T].reshape(N, T).to(device) if spec else perm[N:2 * N].to(device)
+    acc = torch.tensor([2, 3], dtype=torch.int32, device=device) if spec else None
+
+    def call(state, in_idx, out_idx):
+        kw = dict(initial_state=state, inplace_final_state=True, ssm_state_indices=in_idx,
+                  ssm_state_indices_output=out_idx, num_accepted_tokens=acc, cu_seqlens=t["cu"],
+                  use_qk_l2norm_in_kernel=True)
+        if wrapper == "sigmoid_gating":
+            return vllm.fused_sigmoid_gating_delta_rule_update(
+                t["A_log"], t["a"], t["b"], t["dt_bias"], t["q"], t["k"], t["v"], **kw)[0]
+        return vllm.fused_recurrent_gated_delta_rule(
+            t["q"], t["k"], t["v"], g_all[None], beta_all[None], **kw)[0]
+
+    ref = t["state"].clone()
+    o_ref = call(ref, read, None)
+    dual = t["state"].clone()
+    o_dual = call(dual, read, write)
+    assert torch.equal(o_dual, o_ref)
+    r, w = read.reshape(-1).long(), write.reshape(-1).long()
+    assert torch.equal(dual[r], t["state"][r]), "read slots untouched"
+    assert torch.equal(dual[w], ref[r]), "write slots hold the in-place result"
+    others = torch.ones(24, dtype=torch.bool, device=device)
+    others[r], others[w] = False, False
+    assert torch.equal(dual[others], t["state"][others])
+    same = t["state"].clone()
+    assert torch.equal(call(same, read, read), o_ref) and torch.equal(same, ref), "output = input"
+    if spec:
+        strided = t["state"].clone()
+        o_strided = call(strided, read.t().contiguous().t(), write.t().contiguous().t())
+        assert torch.equal(o_strided, o_dual) and torch.equal(strided, dual)
+
+
 def test_vllm_several_tokens_refused_nothing_written():
     t = spec_inputs("cpu", N=2, T=2, slots=6, seed=25)
     pool = t["state"].clone()

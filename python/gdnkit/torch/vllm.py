@@ -45,6 +45,12 @@ row within q, at most T tokens) is checked by torch's asynchronous assert, as fo
 token below. On a GPU, a call whose tokens do not fit one block's shared memory is
 refused (ValueError, nothing written; docs/operation.md, "Multi-token decode").
 
+ssm_state_indices_output (keyword; vLLM's dual index, a double-buffered pool): the state
+is read through ssm_state_indices and written through this table of the same shape
+(one token: slot [n] or [n, 0]; several: token t's state to [n, t], the initial state
+still read from ssm_state_indices[n, num_accepted_tokens[n] - 1]); None writes in place.
+Column-strided 2-D tables are read as their contiguous copies.
+
 Read as vLLM's kernels read them (its callers pass these uncut): index tables and
 num_accepted_tokens with rows past the N sequences (the rows past N are never read: the
 decodes of a mixed batch pass the whole table, the CUDA-graph spec path a padded one);
@@ -151,7 +157,7 @@ def _index_like(x, ref):
 
 def _decode_tokens(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_state,
                    inplace_final_state, cu_seqlens, ssm_state_indices, num_accepted_tokens,
-                   l2norm, layout, null_block_id):
+                   l2norm, layout, null_block_id, out_table=None):
     """Several tokens per sequence, as vLLM's spec decode, in one gdnkit call (see the module
     docstring): in place through the per-token slots of ssm_state_indices, or out of place
     into a new tensor of one state per token."""
@@ -220,6 +226,24 @@ def _decode_tokens(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_s
             raise NotImplementedError(
                 f"{who}: several tokens per sequence in place need ssm_state_indices [N, T] "
                 f"(one slot per token)")
+        if out_table is not None:
+            # Dual index: read slot idx[n, num_accepted[n] - 1] (column 0 without it), token
+            # t's state to out_table[n, t]: gdnkit's state_indices and token_state_indices.
+            if out_table.shape != idx.shape:
+                raise ValueError(f"{who}: ssm_state_indices_output {tuple(out_table.shape)} must "
+                                 f"match ssm_state_indices {tuple(idx.shape)}")
+            col = torch.zeros(idx.shape[0], dtype=torch.int64, device=idx.device) \
+                if num_accepted_tokens is None else num_accepted_tokens.to(torch.int64).reshape(-1) - 1
+            ok = col < T
+            read = torch.where(ok, torch.gather(idx.to(torch.int64), 1, col.clamp(0, T - 1)[:, None])[:, 0], -1)
+            out_table = out_table.to(idx.dtype)
+            if null_block_id is not None:
+                out_table = torch.where(out_table <= null_block_id, -1, out_table)
+            o = _ops.decode_kw(
+                **step, state=initial_state, state_indices=read.to(idx.dtype),
+                token_state_indices=out_table,
+                cu_seqlens=None if cu_seqlens is None else _index_like(cu_seqlens, idx))
+            return full(o), initial_state
         # The library's per-token slots are vLLM's: read slot idx[n, num_accepted[n] - 1],
         # token t's state to slot idx[n, t].
         o = _ops.decode_kw(
@@ -286,11 +310,25 @@ def _what_vllm_reads(k, a, b, cu_seqlens, ssm_state_indices, num_accepted_tokens
 
 def _decode(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_state,
             inplace_final_state, cu_seqlens, ssm_state_indices, num_accepted_tokens,
-            use_qk_l2norm_in_kernel, state_layout, null_block_id):
+            use_qk_l2norm_in_kernel, state_layout, null_block_id, ssm_state_indices_output=None):
     if scale is not None:
         assert scale > 0, "scale must be positive"
     a, b, ssm_state_indices, num_accepted_tokens = _what_vllm_reads(
         k, a, b, cu_seqlens, ssm_state_indices, num_accepted_tokens)
+    out = ssm_state_indices_output
+    if out is not None:
+        # vLLM's dual index: the state read through ssm_state_indices, written through this
+        # table of the same shape (a double-buffered pool); None = in place
+        if ssm_state_indices is None:
+            raise ValueError(f"{who}: ssm_state_indices_output needs ssm_state_indices")
+        out = _first(out, ssm_state_indices.shape[0], 0)
+        if out.ndim == 2 and out.stride(-1) != 1:
+            out = out.contiguous()
+        if ssm_state_indices.ndim == 2 and ssm_state_indices.stride(-1) != 1:
+            ssm_state_indices = ssm_state_indices.contiguous()
+        if out.shape != ssm_state_indices.shape:
+            raise ValueError(f"{who}: ssm_state_indices_output {tuple(out.shape)} must match "
+                             f"ssm_state_indices {tuple(ssm_state_indices.shape)}")
     n_seq = None if cu_seqlens is None else cu_seqlens.shape[0] - 1
     if (n_seq is not None and ssm_state_indices is not None and ssm_state_indices.ndim == 1
             and k.shape[0] == 1 and k.shape[1] > n_seq):
@@ -306,7 +344,8 @@ def _decode(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_state,
                            ssm_state_indices=ssm_state_indices,
                            num_accepted_tokens=num_accepted_tokens,
                            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-                           state_layout=state_layout, null_block_id=null_block_id)
+                           state_layout=state_layout, null_block_id=null_block_id,
+                           ssm_state_indices_output=out)
         return torch.cat([o, o.new_empty((1, shape[1] - n_seq, *shape[2:]))], 1), final
     if _several_tokens(k, cu_seqlens, ssm_state_indices):
         return _decode_tokens(
@@ -316,7 +355,8 @@ def _decode(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_state,
             cu_seqlens=cu_seqlens, ssm_state_indices=ssm_state_indices,
             num_accepted_tokens=num_accepted_tokens,
             l2norm=_ops.RSQRT if use_qk_l2norm_in_kernel else _ops.NO_NORM,
-            layout=_layout_id(state_layout), null_block_id=null_block_id)
+            layout=_layout_id(state_layout), null_block_id=null_block_id,
+            out_table=out if inplace_final_state else None)
     N = _one_token_per_sequence(q, k, cu_seqlens, who)
     K = k.shape[-1]
     HV, V = v.shape[-2], v.shape[-1]
@@ -325,6 +365,11 @@ def _decode(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_state,
     layout = _layout_id(state_layout)
     l2norm = _ops.RSQRT if use_qk_l2norm_in_kernel else _ops.NO_NORM
     read_idx, write_idx = _slots(ssm_state_indices, num_accepted_tokens, null_block_id, who)
+    if out is not None and inplace_final_state:
+        # one token: its state to the output table's first column (vLLM's write slot)
+        write_idx = flat_indices(out if out.ndim == 1 else out[:, 0]).to(read_idx.dtype)
+        if null_block_id is not None:
+            write_idx = torch.where(write_idx <= null_block_id, -1, write_idx)
 
     def step(state, idx, out_idx):
         o = _ops.decode_kw(
@@ -372,6 +417,7 @@ def fused_sigmoid_gating_delta_rule_update(
     use_qk_l2norm_in_kernel=False,
     is_kda=False,
     *,
+    ssm_state_indices_output=None,
     state_layout="vk",
     null_block_id=None,
 ):
@@ -384,7 +430,7 @@ def fused_sigmoid_gating_delta_rule_update(
                    inplace_final_state=inplace_final_state, cu_seqlens=cu_seqlens,
                    ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
                    use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_layout=state_layout,
-                   null_block_id=null_block_id)
+                   null_block_id=null_block_id, ssm_state_indices_output=ssm_state_indices_output)
 
 
 def fused_recurrent_gated_delta_rule(
@@ -402,6 +448,7 @@ def fused_recurrent_gated_delta_rule(
     retrieve_parent_token=None,
     use_qk_l2norm_in_kernel=False,
     *,
+    ssm_state_indices_output=None,
     state_layout="vk",
     null_block_id=None,
 ):
@@ -424,7 +471,7 @@ def fused_recurrent_gated_delta_rule(
                    inplace_final_state=inplace_final_state, cu_seqlens=cu_seqlens,
                    ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
                    use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_layout=state_layout,
-                   null_block_id=null_block_id)
+                   null_block_id=null_block_id, ssm_state_indices_output=ssm_state_indices_output)
 
 
 __all__ = ["fused_sigmoid_gating_delta_rule_update", "fused_recurrent_gated_delta_rule"]
