@@ -403,7 +403,7 @@ Io select_io(const DecodeParams& p) {
 // row's heads spread over the SMs.
 namespace {
 struct TokenShape {
-  int cols, units_per_head, units_per_block, parts, vcols, rounds_per_group;
+  int cols, units_per_head, units_per_block, parts, vcols, round, rounds_per_group;
 };
 TokenShape token_shape(const DecodeParams& p, int warp, int rounds) {
   const int bytes = int(dtype_size(p.state_dtype)), cap = dk_capacity(p.head_dim_k);
@@ -414,9 +414,9 @@ TokenShape token_shape(const DecodeParams& p, int warp, int rounds) {
   s.units_per_head = (p.head_dim_v + s.cols - 1) / s.cols;
   const int units = G * s.units_per_head;
   const bool whole = p.conv_width > 0 || p.norm_weight != nullptr;
-  const int round = traits::token_units(bytes) * (p.layout == Layout::kVK ? traits::kTokenWarps : 1);
-  s.rounds_per_group = (units + round - 1) / round;
-  s.units_per_block = whole ? units : std::min(units, round * std::max(rounds, 1));
+  s.round = traits::token_units(bytes) * (p.layout == Layout::kVK ? traits::kTokenWarps : 1);
+  s.rounds_per_group = (units + s.round - 1) / s.round;
+  s.units_per_block = whole ? units : std::min(units, s.round * std::max(rounds, 1));
   s.parts = (units + s.units_per_block - 1) / s.units_per_block;
   s.vcols = std::min(G * p.head_dim_v, s.units_per_block * s.cols);
   return s;
@@ -447,18 +447,22 @@ size_t token_smem_bytes(const DecodeParams& p, int warp) {
 
 static Plan plan_tokens(const DecodeParams& p, const DeviceInfo& dev, const PlanOverrides& o) {
   const int warp = dev.config.warp;
+  const int dk_cap = dk_capacity(p.head_dim_k);
+  const int vecs = traits::token_round_vecs(warp, int(dtype_size(p.state_dtype)), p.layout, dk_cap);
+  // shared memory of shape s with a ring of `stages` rounds
+  const auto smem = [&](const TokenShape& s, int stages) {
+    return traits::token_smem(p.num_tokens, p.head_dim_k, p.head_dim_v, p.num_v_heads / p.num_k_heads, s.vcols,
+                              p.norm_weight != nullptr, stages, traits::kTokenWarps * warp * vecs);
+  };
   TokenShape s = token_shape(p, warp, o.max_items_per_warp > 0 ? o.max_items_per_warp : token_rounds(p, dev, warp));
   // (more rounds stage more v columns: back to one round where they would not fit)
-  if (size_t(traits::token_smem(p.num_tokens, p.head_dim_k, p.head_dim_v, p.num_v_heads / p.num_k_heads, s.vcols,
-                                p.norm_weight != nullptr)
-                 .bytes) > traits::token_smem_limit(dev.config))
-    s = token_shape(p, warp, 1);
+  if (size_t(smem(s, 0).bytes) > traits::token_smem_limit(dev.config)) s = token_shape(p, warp, 1);
   Plan plan;
   plan.kernel = Kernel::kTokens;
   plan.io = Io::kMixed;  // (the small tensors' dtypes are run-time values there)
   plan.state_dtype = p.state_dtype;
   plan.layout = p.layout;
-  plan.dk_cap = dk_capacity(p.head_dim_k);
+  plan.dk_cap = dk_cap;
   plan.tile = traits::default_tile(int(dtype_size(p.state_dtype)), p.layout);
   plan.items_per_head = s.units_per_head;
   plan.items_per_warp = s.units_per_block;
@@ -466,26 +470,18 @@ static Plan plan_tokens(const DecodeParams& p, const DeviceInfo& dev, const Plan
   plan.group_heads = p.num_v_heads / p.num_k_heads;
   plan.grid = unsigned(p.batch * p.num_k_heads * s.parts);
   plan.block = unsigned(traits::kTokenWarps * warp);
-  const bool norm = p.norm_weight != nullptr;
-  const auto smem = [&](int stages) {
-    const int vecs = traits::token_round_vecs(warp, int(dtype_size(p.state_dtype)), p.layout, plan.dk_cap);
-    return traits::token_smem(p.num_tokens, p.head_dim_k, p.head_dim_v, plan.group_heads, s.vcols, norm, stages,
-                              int(plan.block) * vecs);
-  };
   // The state's ring (cp.async builds, 16-bit states, a block of several
   // rounds): 2 stages, one round in flight while one runs, where 2 blocks an
   // SM still fit (with the kv tile's static 8 KiB). fp32 states load each
   // round into registers as it starts: the ring was up to 6% slower for them
   // on an H100, and up to 8% faster for bf16 (docs/decisions.md#token-kernel).
-  const int round_units =
-      traits::token_units(int(dtype_size(p.state_dtype))) * (p.layout == Layout::kVK ? traits::kTokenWarps : 1);
-  const int block_rounds = (s.units_per_block + round_units - 1) / round_units;
+  const int block_rounds = (s.units_per_block + s.round - 1) / s.round;
   const bool ring = block_rounds > 1 && dev.config.vk_ring && dtype_size(p.state_dtype) == 2;
   int stages = o.token_ring_stages >= 0 ? o.token_ring_stages : ring ? 2 : 0;
   stages = std::min(stages, block_rounds);
-  if (stages > 0 && (size_t(smem(stages).bytes) + 8 * 1024) * kTokenBlocksPerSm > dev.config.max_block_smem)
+  if (stages > 0 && (size_t(smem(s, stages).bytes) + 8 * 1024) * kTokenBlocksPerSm > dev.config.max_block_smem)
     stages = 0;
-  plan.token_smem = smem(stages);
+  plan.token_smem = smem(s, stages);
   plan.smem = size_t(plan.token_smem.bytes);
   return plan;
 }

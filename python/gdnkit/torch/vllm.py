@@ -112,6 +112,32 @@ def _layout_id(state_layout):
     return int(state_layout)
 
 
+def _padding(x, null_block_id):
+    """x with the slots that releases marking padding with a null slot (<= null_block_id)
+    use as -1, gdnkit's padding."""
+    return x if null_block_id is None else torch.where(x <= null_block_id, -1, x)
+
+
+def _first(x, n, dim):
+    """x cut to its first n entries along dim, where it has more."""
+    return x if x is None or x.ndim <= dim or x.shape[dim] <= n else x.narrow(dim, 0, n)
+
+
+def _gate_tokens(x, n):
+    """The first n tokens of a gate tensor, [tokens, HV] or [1, tokens, HV]."""
+    return _first(x, n, 0 if x.ndim == 2 else 1)
+
+
+def _initial_slots(idx, num_accepted_tokens, T):
+    """Each sequence's initial slot by vLLM's rule, idx[n, num_accepted_tokens[n] - 1]
+    (column 0 without the counts), as int64; -1 where the count lies outside [1, T]."""
+    rows = idx.shape[0]
+    col = torch.zeros(rows, dtype=torch.int64, device=idx.device) if num_accepted_tokens is None \
+        else num_accepted_tokens.to(idx.device, torch.int64).reshape(-1) - 1
+    ok = (col >= 0) & (col < T)
+    return torch.where(ok, torch.gather(idx.to(torch.int64), 1, col.clamp(0, T - 1)[:, None])[:, 0], -1)
+
+
 def _slots(ssm_state_indices, num_accepted_tokens, null_block_id, who):
     """(read, write) slot vectors. vLLM reads ssm_state_indices[n, num_accepted_tokens[n] - 1]
     and, with T = 1, writes ssm_state_indices[n, 0]. None = row n uses slot n."""
@@ -128,10 +154,9 @@ def _slots(ssm_state_indices, num_accepted_tokens, null_block_id, who):
         else:
             col = (num_accepted_tokens.to(torch.int64) - 1).reshape(-1, 1)
             read = flat_indices(torch.gather(ssm_state_indices, 1, col))
-    if null_block_id is not None:  # releases that mark padding with a null slot (<= id)
-        read = torch.where(read <= null_block_id, -1, read)
-        if write is not None:
-            write = torch.where(write <= null_block_id, -1, write)
+    read = _padding(read, null_block_id)
+    if write is not None:
+        write = _padding(write, null_block_id)
     if write is not None and write.dtype != read.dtype:
         write = write.to(read.dtype)
     return read, write
@@ -198,8 +223,7 @@ def _decode_tokens(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_s
     if idx is not None:
         if idx.dtype not in (torch.int32, torch.int64):
             idx = idx.to(torch.int32)
-        if null_block_id is not None:  # releases that mark padding with a null slot (<= id)
-            idx = torch.where(idx <= null_block_id, -1, idx)
+        idx = _padding(idx, null_block_id)
     # q padded past N * T tokens (a padded batch): no row of at most T tokens reaches the
     # tokens past N * T, so the call takes the first N * T and the output its padding back
     # (unwritten, as vLLM leaves it).
@@ -207,7 +231,7 @@ def _decode_tokens(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_s
     out_shape = v.shape
     if cap < total:
         q, k, v = (x.narrow(1, 0, cap) for x in (q, k, v))
-        a, b = (x.narrow(0, 0, cap) if x.ndim == 2 else x.narrow(1, 0, cap) for x in (a, b))
+        a, b = (_gate_tokens(x, cap) for x in (a, b))
 
     def full(o):
         o = o.reshape(v.shape)
@@ -232,16 +256,10 @@ def _decode_tokens(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_s
             if out_table.shape != idx.shape:
                 raise ValueError(f"{who}: ssm_state_indices_output {tuple(out_table.shape)} must "
                                  f"match ssm_state_indices {tuple(idx.shape)}")
-            col = torch.zeros(idx.shape[0], dtype=torch.int64, device=idx.device) \
-                if num_accepted_tokens is None else num_accepted_tokens.to(torch.int64).reshape(-1) - 1
-            ok = col < T
-            read = torch.where(ok, torch.gather(idx.to(torch.int64), 1, col.clamp(0, T - 1)[:, None])[:, 0], -1)
-            out_table = out_table.to(idx.dtype)
-            if null_block_id is not None:
-                out_table = torch.where(out_table <= null_block_id, -1, out_table)
+            read = _initial_slots(idx, num_accepted_tokens, T).to(idx.dtype)
             o = _ops.decode_kw(
-                **step, state=initial_state, state_indices=read.to(idx.dtype),
-                token_state_indices=out_table,
+                **step, state=initial_state, state_indices=read,
+                token_state_indices=_padding(out_table.to(idx.dtype), null_block_id),
                 cu_seqlens=None if cu_seqlens is None else _index_like(cu_seqlens, idx))
             return full(o), initial_state
         # The library's per-token slots are vLLM's: read slot idx[n, num_accepted[n] - 1],
@@ -266,14 +284,8 @@ def _decode_tokens(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_s
         pool[total:].zero_()
         read = rows + total
     else:
-        if idx is None:
-            src = rows
-        else:
-            col = torch.zeros_like(rows) if num_accepted_tokens is None \
-                else num_accepted_tokens.to(dev, torch.int64).reshape(-1) - 1
-            ok = (col >= 0) & (col < T)  # num_accepted_tokens in [1, T], as in place
-            src = torch.where(ok, torch.gather(idx.to(torch.int64), 1,
-                                               col.clamp(0, T - 1).reshape(-1, 1))[:, 0], -1)
+        # (num_accepted_tokens in [1, T], as in place)
+        src = rows if idx is None else _initial_slots(idx, num_accepted_tokens, T)
         live = (src >= 0) & (src < initial_state.shape[0])
         pool[total:] = initial_state.index_select(0, torch.where(live, src, 0))
         read = torch.where(live, rows + total, -1)
@@ -282,11 +294,6 @@ def _decode_tokens(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_s
     o = _ops.decode_kw(**step, state=pool, state_indices=read, token_state_indices=per_token,
                        cu_seqlens=None if cu_seqlens is None else cu_seqlens.to(torch.int64))
     return full(o), pool[:total]
-
-
-def _first(x, n, dim):
-    """x cut to its first n entries along dim, where it has more."""
-    return x if x is None or x.ndim <= dim or x.shape[dim] <= n else x.narrow(dim, 0, n)
 
 
 def _what_vllm_reads(k, a, b, cu_seqlens, ssm_state_indices, num_accepted_tokens):
@@ -304,7 +311,7 @@ def _what_vllm_reads(k, a, b, cu_seqlens, ssm_state_indices, num_accepted_tokens
     if num_accepted_tokens is not None:
         num_accepted_tokens = num_accepted_tokens.clamp(min=1)
     if k.shape[0] == 1:  # packed (or one-row) tokens: gates [tokens, HV] or [1, tokens, HV]
-        a, b = (_first(x, tokens, 0) if x.ndim == 2 else _first(x, tokens, 1) for x in (a, b))
+        a, b = (_gate_tokens(x, tokens) for x in (a, b))
     return a, b, ssm_state_indices, num_accepted_tokens
 
 
@@ -337,7 +344,7 @@ def _decode(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_state,
         # [0, 1, ..., N] there) and the output's padding back, unwritten as vLLM leaves it.
         shape = v.shape
         q, k, v = (x.narrow(1, 0, n_seq) for x in (q, k, v))
-        a, b = (_first(x, n_seq, 0) if x.ndim == 2 else _first(x, n_seq, 1) for x in (a, b))
+        a, b = (_gate_tokens(x, n_seq) for x in (a, b))
         o, final = _decode(who, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, gate=gate,
                            scale=scale, initial_state=initial_state,
                            inplace_final_state=inplace_final_state, cu_seqlens=cu_seqlens,
@@ -367,9 +374,8 @@ def _decode(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_state,
     read_idx, write_idx = _slots(ssm_state_indices, num_accepted_tokens, null_block_id, who)
     if out is not None and inplace_final_state:
         # one token: its state to the output table's first column (vLLM's write slot)
-        write_idx = flat_indices(out if out.ndim == 1 else out[:, 0]).to(read_idx.dtype)
-        if null_block_id is not None:
-            write_idx = torch.where(write_idx <= null_block_id, -1, write_idx)
+        write_idx = _padding(flat_indices(out if out.ndim == 1 else out[:, 0]).to(read_idx.dtype),
+                             null_block_id)
 
     def step(state, idx, out_idx):
         o = _ops.decode_kw(
