@@ -353,18 +353,21 @@ std::vector<Row> g_rows;
 
 // The multi-token call. A/B runs of the token kernel's geometry
 // (docs/benchmarks.md): GDN_TOKEN_ROUNDS=n, rounds of units a block takes;
-// GDN_TOKEN_RING=s, the state ring's stages (0: none); through the planner's
-// one seam, gpu::PlanOverrides, on parameters gdn::decode accepted.
+// GDN_TOKEN_RING=s, the state ring's stages (0: none); GDN_TOKEN_CHAIN=0 / 1,
+// never / wherever allowed one-token launches chained in place; through the
+// planner's one seam, gpu::PlanOverrides, on parameters gdn::decode accepted.
 void multi_call(const gdn::DecodeParams& p, const TShape& s) {
   static const char* rounds = std::getenv("GDN_TOKEN_ROUNDS");
   static const char* ring = std::getenv("GDN_TOKEN_RING");
-  if (rounds == nullptr && ring == nullptr) {
+  static const char* chain = std::getenv("GDN_TOKEN_CHAIN");
+  if (rounds == nullptr && ring == nullptr && chain == nullptr) {
     check(gdn::decode(p, gdn::Backend::kCuda), s, "the multi-token call");
     return;
   }
   gdn::gpu::PlanOverrides o;
   if (rounds != nullptr) o.max_items_per_warp = std::max(1, std::atoi(rounds));
   if (ring != nullptr) o.token_ring_stages = std::max(0, std::atoi(ring));
+  if (chain != nullptr) o.token_chain = std::atoi(chain) != 0 ? 1 : 0;
   gdn::gpu::Plan plan;
   GDN_BENCH_CHECK(gdn::cuda::decode_with(p, o, &plan));
   static std::string told;

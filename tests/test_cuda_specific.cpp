@@ -391,6 +391,113 @@ TEST_F(CudaOnly, TokenBlocksOfSeveralRoundsEqualChainedCalls) {
     }
 }
 
+// Chained one-token launches (docs/decisions.md#token-chain): the planner
+// runs two tokens of few rows as two one-token launches; forced either way
+// (and for three tokens), the outputs, the pool and the count of bad
+// indices are the token kernel's bitwise: dense in place, and a pool read
+// and written through state_indices with padding rows, an out-of-range row
+// and slots past the rows (state_out_indices none or the same array), with
+// and without a programmatic launch, both layouts, fp32 and bf16 states.
+TEST_F(CudaOnly, ChainedOneTokenLaunchesEqualTheTokenKernel) {
+  constexpr int64_t B = 8, Hk = 2, Hv = 4, D = 128, kSlots = B + 3;
+  const gdn::DType io = gdn::DType::kBF16;
+  std::mt19937_64 rng(73);
+  std::normal_distribution<double> n01(0.0, 1.0);
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  auto draw = [&](int64_t n, gdn::DType t, double sd) {
+    std::vector<uint8_t> v(size_t(n) * gdn::dtype_size(t));
+    for (int64_t i = 0; i < n; ++i) gdn::store_element(v.data(), t, i, sd * n01(rng));
+    return v;
+  };
+  constexpr int64_t kMaxT = 3;
+  const std::vector<uint8_t> q = draw(B * kMaxT * Hk * D, io, 1.0), k = draw(B * kMaxT * Hk * D, io, 1.0),
+                             v = draw(B * kMaxT * Hv * D, io, 1.0), a = draw(B * kMaxT * Hv, io, 1.0),
+                             b = draw(B * kMaxT * Hv, io, 1.0);
+  std::vector<float> A_log, dt_bias;
+  for (int64_t h = 0; h < Hv; ++h) {
+    // A = U(1, 16); dt log-uniform in [1e-3, 0.1]; dt_bias = softplus^-1(dt)
+    A_log.push_back(float(std::log(1.0 + 15.0 * u01(rng))));
+    dt_bias.push_back(float(std::log(std::expm1(std::exp(std::log(1e-3) + std::log(100.0) * u01(rng))))));
+  }
+  auto bytes = [](const auto& f) {
+    std::vector<uint8_t> out(f.size() * sizeof(f[0]));
+    std::memcpy(out.data(), f.data(), out.size());
+    return out;
+  };
+  // rows 2 and 5 padding, row 6 out of range; the others shuffled over the slots
+  const std::vector<int32_t> slots = {7, 0, -1, 10, 3, -1, int32_t(kSlots) + 4, 1};
+  const gdn::Backend be = gdn::Backend::kCuda;
+  const DeviceBuffer dq(be, q), dk(be, k), dv(be, v), da(be, a), db(be, b), dA(be, bytes(A_log)),
+      ddt(be, bytes(dt_bias)), didx(be, bytes(slots));
+  for (gdn::DType sd : {gdn::DType::kF32, gdn::DType::kBF16})
+    for (gdn::Layout layout : {gdn::Layout::kVK, gdn::Layout::kKV})
+      for (int pool_mode : {0, 1, 2})  // dense; state_indices; state_out_indices the same array
+        for (bool pdl : {false, true})
+          for (int32_t T : {2, 3}) {
+            const std::string what = std::string(gdn::to_string(sd)) + " " + gdn::to_string(layout) +
+                                     (pool_mode == 0 ? ", dense" : pool_mode == 1 ? ", pool" : ", pool in = out") +
+                                     (pdl ? ", programmatic" : "") + ", T = " + std::to_string(T);
+            SCOPED_TRACE(what);
+            const int64_t slot = Hv * D * D;
+            const std::vector<uint8_t> pool0 = draw(kSlots * slot, sd, 0.5);
+            struct Run {
+              std::vector<uint8_t> o, pool;
+              uint32_t bad;
+              gdn::gpu::Plan plan;
+            };
+            auto run = [&](int chain) {
+              DeviceBuffer pool(be, pool0), o(be, std::vector<uint8_t>(size_t(B * T * Hv * D) * 2, kCanary));
+              DeviceBuffer count(be, std::vector<uint8_t>(4, 0));
+              gdn::DecodeParams p;
+              p.batch = B;
+              p.num_tokens = T;
+              p.num_k_heads = int32_t(Hk);
+              p.num_v_heads = int32_t(Hv);
+              p.head_dim_k = p.head_dim_v = int32_t(D);
+              p.qkv_dtype = p.ab_dtype = p.o_dtype = io;
+              p.state_dtype = sd;
+              p.layout = layout;
+              p.q = dq.get();
+              p.k = dk.get();
+              p.v = dv.get();
+              p.a = da.get();
+              p.b = db.get();
+              p.A_log = dA.as<float>();
+              p.dt_bias = ddt.as<float>();
+              p.state = pool.get();
+              p.num_slots = kSlots;
+              p.o = o.get();
+              p.programmatic_launch = pdl;
+              if (pool_mode > 0) {
+                p.index_dtype = gdn::IndexType::kI32;
+                p.state_indices = didx.get();
+                if (pool_mode == 2) p.state_out_indices = didx.get();
+                p.invalid_index_count = count.as<uint32_t>();
+              }
+              gdn::set_dense_strides(p);
+              EXPECT_TRUE(gdn::validate(p).ok());
+              gdn::gpu::PlanOverrides ov;
+              ov.token_chain = chain;
+              Run r;
+              EXPECT_EQ(gdn::cuda::decode_with(p, ov, &r.plan), cudaSuccess);
+              EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+              r.o = o.download();
+              r.pool = pool.download();
+              std::memcpy(&r.bad, count.download().data(), 4);
+              return r;
+            };
+            const Run kernel = run(0), chained = run(1), planned = run(-1);
+            EXPECT_EQ(kernel.plan.chain, 0);
+            EXPECT_EQ(chained.plan.chain, T);
+            EXPECT_EQ(planned.plan.chain, T == 2 ? 2 : 0);  // 16 groups: fewer than any GPU's SMs
+            EXPECT_TRUE(chained.o == kernel.o) << "o";
+            EXPECT_TRUE(chained.pool == kernel.pool) << "pool";
+            EXPECT_EQ(chained.bad, kernel.bad);
+            EXPECT_EQ(kernel.bad > 0, pool_mode > 0);  // (the out-of-range row, counted)
+            EXPECT_FALSE(kernel.pool == pool0) << "the state moved";
+          }
+}
+
 // A pool with every feature at once: `extra` slots past the rows, shuffled;
 // `padding` padding rows, `no_write` rows that do not write, `bad_in` rows
 // whose read index is out of range and one whose write index is, and a

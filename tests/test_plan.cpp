@@ -214,7 +214,7 @@ TEST(Plan, TokenBlocksTakeRoundsThroughTheRing) {
   for (DType s : {DType::kF32, DType::kBF16})
     for (Layout l : {Layout::kVK, Layout::kKV}) {
       gdn::DecodeParams p = call(1, s, l, 16, 32, 128, 128);
-      p.num_tokens = 2;
+      p.num_tokens = 3;  // (two tokens of few rows are chained one-token launches: below)
       const Plan one_row = gdn::gpu::plan_launch(p, dev);
       EXPECT_EQ(one_row.blocks_per_head, 4) << describe(one_row);  // 64 blocks: one round each
       EXPECT_EQ(one_row.token_smem.ring_stages, 0) << describe(one_row);
@@ -241,6 +241,104 @@ TEST(Plan, TokenBlocksTakeRoundsThroughTheRing) {
       one.max_items_per_warp = 1;
       EXPECT_EQ(gdn::gpu::plan_launch(p, dev, one).blocks_per_head, 4);
     }
+}
+
+// Two tokens of fewer groups than SMs run as two one-token launches chained
+// in place (docs/decisions.md#token-chain), only where that writes exactly
+// what the token kernel would: the final state alone, to the slot it was
+// read from, the same T for every row, no conv or norm.
+TEST(Plan, TwoTokensOfFewRowsAreChainedOneTokenLaunches) {
+  const DeviceInfo dev = h200();
+  for (DType s : {DType::kF32, DType::kBF16})
+    for (Layout l : {Layout::kVK, Layout::kKV}) {
+      gdn::DecodeParams p = call(8, s, l);
+      p.num_tokens = 2;
+      gdn::set_dense_strides(p);
+      EXPECT_EQ(gdn::gpu::plan_launch(p, dev).chain, 2) << describe(gdn::gpu::plan_launch(p, dev));  // 128 groups
+      p.batch = 1;
+      EXPECT_EQ(gdn::gpu::plan_launch(p, dev).chain, 2);
+      p.batch = 9;  // 144 groups > 132 SMs
+      EXPECT_EQ(gdn::gpu::plan_launch(p, dev).chain, 0);
+      p.batch = 8;
+      p.num_tokens = 3;
+      EXPECT_EQ(gdn::gpu::plan_launch(p, dev).chain, 0);
+      gdn::gpu::PlanOverrides always, never;
+      always.token_chain = 1;
+      never.token_chain = 0;
+      EXPECT_EQ(gdn::gpu::plan_launch(p, dev, always).chain, 3);
+      p.num_tokens = 2;
+      EXPECT_EQ(gdn::gpu::plan_launch(p, dev, never).chain, 0);
+      EXPECT_EQ(gdn::gpu::plan_launch(p, dev, never).kernel, Kernel::kTokens);
+      // Calls whose writes a chain of one-token calls would not reproduce.
+      alignas(16) static char other[64];
+      std::vector<std::pair<const char*, gdn::DecodeParams>> refused;
+      auto with = [&](const char* what, auto change) {
+        gdn::DecodeParams q = p;
+        change(q);
+        refused.emplace_back(what, q);
+      };
+      with("intermediate_states", [&](gdn::DecodeParams& q) { q.intermediate_states = other; });
+      with("token_state_indices", [&](gdn::DecodeParams& q) {
+        q.index_dtype = gdn::IndexType::kI32;
+        q.token_state_indices = other;
+        q.token_state_indices_stride = 2;
+      });
+      with("cu_seqlens", [&](gdn::DecodeParams& q) {
+        q.index_dtype = gdn::IndexType::kI32;
+        q.cu_seqlens = other;
+      });
+      with("update_state", [&](gdn::DecodeParams& q) { q.update_state = false; });
+      with("state_out_indices", [&](gdn::DecodeParams& q) {
+        q.index_dtype = gdn::IndexType::kI32;
+        q.state_indices = other;
+        q.state_out_indices = other + 32;
+      });
+      with("norm_weight", [&](gdn::DecodeParams& q) { q.norm_weight = other; });
+      with("conv_width", [&](gdn::DecodeParams& q) { q.conv_width = 4; });
+      for (const auto& r : refused) {
+        EXPECT_FALSE(gdn::gpu::token_chain_allowed(r.second)) << r.first;
+        EXPECT_EQ(gdn::gpu::plan_launch(r.second, dev, always).chain, 0) << r.first;
+      }
+      // In place through one index array is allowed (state_out_indices the same array or none).
+      gdn::DecodeParams pool = p;
+      pool.index_dtype = gdn::IndexType::kI32;
+      pool.state_indices = other;
+      EXPECT_TRUE(gdn::gpu::token_chain_allowed(pool));
+      pool.state_out_indices = other;
+      EXPECT_TRUE(gdn::gpu::token_chain_allowed(pool));
+    }
+}
+
+// Token t of a chained call: its inputs and output, the same state; only
+// token 0 counts bad indices and may launch programmatically.
+TEST(Plan, TokenChainViewIsTokenTOfTheCall) {
+  gdn::DecodeParams p = call(8, DType::kF32, Layout::kVK);
+  p.num_tokens = 2;
+  p.o_dtype = DType::kF32;
+  gdn::set_dense_strides(p);
+  uint32_t count = 0;
+  p.invalid_index_count = &count;
+  p.programmatic_launch = true;
+  const gdn::DecodeParams v0 = gdn::gpu::token_chain_view(p, 0), v1 = gdn::gpu::token_chain_view(p, 1);
+  for (const gdn::DecodeParams* v : {&v0, &v1}) {
+    EXPECT_EQ(v->num_tokens, 1);
+    EXPECT_FALSE(gdn::is_multi_token(*v));
+    EXPECT_EQ(v->state, p.state);
+    EXPECT_EQ(v->q_batch_stride, p.q_batch_stride);
+  }
+  auto off = [](const void* a, const void* b) { return static_cast<const char*>(a) - static_cast<const char*>(b); };
+  EXPECT_EQ(off(v0.q, p.q), 0);
+  EXPECT_EQ(off(v1.q, p.q), p.q_token_stride * 2);  // bf16
+  EXPECT_EQ(off(v1.k, p.k), p.k_token_stride * 2);
+  EXPECT_EQ(off(v1.v, p.v), p.v_token_stride * 2);
+  EXPECT_EQ(off(v1.a, p.a), p.a_token_stride * 2);
+  EXPECT_EQ(off(v1.b, p.b), p.b_token_stride * 2);
+  EXPECT_EQ(off(v1.o, p.o), p.o_token_stride * 4);  // fp32 output
+  EXPECT_NE(p.o_token_stride, 0);
+  EXPECT_EQ(v0.invalid_index_count, &count);
+  EXPECT_TRUE(v0.programmatic_launch);
+  EXPECT_EQ(v1.invalid_index_count, nullptr);
+  EXPECT_FALSE(v1.programmatic_launch);
 }
 
 // Overrides reach the plan, and nothing else changes without them.

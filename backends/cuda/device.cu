@@ -237,14 +237,25 @@ cudaError_t decode_with(const DecodeParams& p, const gpu::PlanOverrides& o, gpu:
   if (info == nullptr) return dev < 0 ? cudaErrorNoDevice : cudaErrorInvalidDevice;
   const gpu::Plan plan = gpu::plan_launch(p, *info, o);
   if (plan_out != nullptr) *plan_out = plan;
-  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-  const bool vk = p.layout == Layout::kVK;
-  switch (p.state_dtype) {
-    case DType::kF32: return vk ? launch_plan<float, Layout::kVK>(plan, p, stream) : launch_plan<float, Layout::kKV>(plan, p, stream);
-    case DType::kBF16: return vk ? launch_plan<bf16, Layout::kVK>(plan, p, stream) : launch_plan<bf16, Layout::kKV>(plan, p, stream);
-    case DType::kF16: return vk ? launch_plan<fp16, Layout::kVK>(plan, p, stream) : launch_plan<fp16, Layout::kKV>(plan, p, stream);
+  const auto launch = [](const gpu::Plan& pl, const DecodeParams& q) {
+    cudaStream_t stream = static_cast<cudaStream_t>(q.stream);
+    const bool vk = q.layout == Layout::kVK;
+    switch (q.state_dtype) {
+      case DType::kF32: return vk ? launch_plan<float, Layout::kVK>(pl, q, stream) : launch_plan<float, Layout::kKV>(pl, q, stream);
+      case DType::kBF16: return vk ? launch_plan<bf16, Layout::kVK>(pl, q, stream) : launch_plan<bf16, Layout::kKV>(pl, q, stream);
+      case DType::kF16: return vk ? launch_plan<fp16, Layout::kVK>(pl, q, stream) : launch_plan<fp16, Layout::kKV>(pl, q, stream);
+    }
+    return cudaErrorInvalidValue;
+  };
+  // A chained plan (docs/decisions.md#token-chain): token t's one-token call, in order on the stream.
+  gpu::PlanOverrides one = o;
+  one.max_items_per_warp = 0;  // (for a multi-token call: the token kernel's rounds)
+  for (int t = 0; t < plan.chain; ++t) {
+    const DecodeParams v = gpu::token_chain_view(p, t);
+    const cudaError_t err = launch(gpu::plan_launch(v, *info, one), v);
+    if (err != cudaSuccess) return err;
   }
-  return cudaErrorInvalidValue;
+  return plan.chain > 0 ? cudaSuccess : launch(plan, p);
 }
 
 }  // namespace GDN_KERNEL_NS

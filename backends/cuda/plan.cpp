@@ -445,7 +445,51 @@ size_t token_smem_bytes(const DecodeParams& p, int warp) {
                     .bytes);
 }
 
+bool token_chain_allowed(const DecodeParams& p) {
+  return p.num_tokens > 1 && p.cu_seqlens == nullptr && p.token_state_indices == nullptr &&
+         p.intermediate_states == nullptr && p.intermediate_conv_states == nullptr && p.update_state &&
+         p.conv_width == 0 && p.norm_weight == nullptr &&
+         (p.state_out_indices == nullptr || p.state_out_indices == p.state_indices);
+}
+
+DecodeParams token_chain_view(const DecodeParams& p, int t) {
+  DecodeParams v = p;
+  // element offset `off` of a tensor of dtype d
+  const auto at = [](const void* base, DType d, int64_t off) {
+    return static_cast<const void*>(static_cast<const char*>(base) + off * int64_t(dtype_size(d)));
+  };
+  v.num_tokens = 1;
+  v.q = at(p.q, p.qkv_dtype, t * p.q_token_stride);
+  v.k = at(p.k, p.qkv_dtype, t * p.k_token_stride);
+  v.v = at(p.v, p.qkv_dtype, t * p.v_token_stride);
+  v.a = at(p.a, p.ab_dtype, t * p.a_token_stride);
+  v.b = at(p.b, p.ab_dtype, t * p.b_token_stride);
+  v.o = const_cast<void*>(at(p.o, p.o_dtype, t * p.o_token_stride));
+  if (t > 0) {
+    v.invalid_index_count = nullptr;
+    v.programmatic_launch = false;
+  }
+  return v;
+}
+
 static Plan plan_tokens(const DecodeParams& p, const DeviceInfo& dev, const PlanOverrides& o) {
+  // Two tokens of fewer groups (row, k-head) than SMs: two one-token launches,
+  // each one wave of the engines' kernels, beat the token kernel, whose
+  // blocks pay their staging, barriers and first loads' latency once for
+  // only two tokens (H100: T = 2, B = 1 by 30-35%, B = 8 by 4-18% but fp32
+  // vk, 2.5% slower). The same bits: the token kernel equals the chained
+  // one-token calls.                                 docs/decisions.md#token-chain
+  if (token_chain_allowed(p) &&
+      (o.token_chain == 1 ||
+       (o.token_chain < 0 && p.num_tokens == 2 && p.batch * p.num_k_heads <= int64_t(dev.sms)))) {
+    Plan plan;
+    plan.kernel = Kernel::kTokens;
+    plan.state_dtype = p.state_dtype;
+    plan.layout = p.layout;
+    plan.dk_cap = dk_capacity(p.head_dim_k);
+    plan.chain = p.num_tokens;
+    return plan;
+  }
   const int warp = dev.config.warp;
   const int dk_cap = dk_capacity(p.head_dim_k);
   const int vecs = traits::token_round_vecs(warp, int(dtype_size(p.state_dtype)), p.layout, dk_cap);
@@ -499,14 +543,14 @@ void describe_plan(const Plan& plan, char* buf, size_t size) {
   static const char* const kNames[] = {"vk_step", "vk_wave", "vk_fused", "kv_step", "kv_fused", "tokens"};
   const char* state = plan.state_dtype == DType::kF32 ? "f32" : plan.state_dtype == DType::kF16 ? "f16" : "bf16";
   std::snprintf(buf, size,
-                "%s<%s,dk%d,%s%d,io=%s%s%s%s%s%s> grid %u x %u smem %zu cluster %d ipw %d iph %d bph %d%s%s%s%s",
+                "%s<%s,dk%d,%s%d,io=%s%s%s%s%s%s> grid %u x %u smem %zu cluster %d ipw %d iph %d bph %d%s%s%s%s%s",
                 kNames[int(plan.kernel)], state, plan.dk_cap, plan.layout == Layout::kKV ? "w" : "p", plan.tile,
                 io_name(plan.io), plan.l2_hints ? ",l2" : "", plan.norm ? ",norm" : "",
                 plan.norm_only ? ",norm_only" : "", plan.pdl_twin ? ",pdl" : "", plan.indexed ? ",indexed" : "",
                 plan.grid, plan.block, plan.smem, plan.cluster, plan.items_per_warp, plan.items_per_head,
                 plan.blocks_per_head, plan.small_loads_first ? " small-first" : "",
                 plan.programmatic ? " programmatic" : "", plan.vector_runs ? " vector-runs" : "",
-                plan.token_smem.ring_stages > 0 ? " ring" : "");
+                plan.token_smem.ring_stages > 0 ? " ring" : "", plan.chain > 0 ? " chained one-token launches" : "");
 }
 
 }  // namespace gpu

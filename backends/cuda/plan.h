@@ -61,6 +61,7 @@ struct PlanOverrides {
   size_t min_step_smem{0};      // pad a step launch's dynamic shared memory (fewer blocks an SM)
   int kernel_load_order{-1};    // 0 / 1: the kernels' load order as a plain / programmatic launch
   int token_ring_stages{-1};    // >= 0: (tokens) the state ring's stages, 0 none (max_items_per_warp: rounds a block)
+  int token_chain{-1};          // (tokens) 0: never chained one-token launches; 1: wherever the call allows them
 };
 
 struct Plan {
@@ -93,6 +94,11 @@ struct Plan {
   bool vector_runs{false};        // (fused) the prologue's runs move as vector words
   int kernel_load_order{-1};      // (overrides) see PlanOverrides
   traits::TokenSmem token_smem{};  // (tokens) its shared memory's layout
+  // (tokens) > 0: the call runs as this many one-token launches chained in
+  // place, token t's each planned as a one-token call (token_chain_view), not
+  // as the token kernel: the same bits, faster for a few tokens of few rows.
+  //                                                      docs/decisions.md#token-chain
+  int chain{0};
 };
 
 // The Dk capacity that holds Dk.
@@ -104,6 +110,17 @@ constexpr int layout_index(Layout l) { return l == Layout::kVK ? 0 : 1; }
 
 // The instantiation's small-tensor dtype for p.
 Io select_io(const DecodeParams& p);
+
+// Whether a multi-token call may run as one-token launches chained in place:
+// the same T for every row (no cu_seqlens), only the final state written, to
+// the slot it was read from (no per-token slots, intermediate buffers,
+// update_state = false or separate write slots), no conv or norm.
+bool token_chain_allowed(const DecodeParams& p);
+// Token t of such a call as a one-token call: the inputs' and the output's
+// token t, the same state and slots. Only the first token's launch counts
+// bad indices and may be programmatic (a later one reads the state the one
+// before it writes).
+DecodeParams token_chain_view(const DecodeParams& p, int t);
 
 // The multi-token kernel's dynamic shared memory for p (warp: the build's
 // lanes), which the backend checks against traits::token_smem_limit.
