@@ -25,6 +25,7 @@ Qwen3-Next model) is missing.
 """
 import copy
 import inspect
+import sys
 import warnings
 
 import pytest
@@ -59,7 +60,52 @@ def model_classes(family):
         pytest.skip(f"transformers {transformers.__version__} has no {model_name}: {e}")
 
 
-def build(family, seed=0):
+# transformers runs FLA's kernels (and the causal-conv1d package's) in place of its own torch
+# code wherever those packages are installed, chosen when the modeling module is imported (5.6 -
+# 5.17: module-level functions) or the module is built (4.57 - 5.3: instance attributes),
+# whatever device the model later runs on; from 5.18 the choice follows the inputs' device. Triton
+# cannot take CPU tensors where a CUDA GPU is present (without one FLA falls back to torch), so
+# there a CPU model would fail in transformers itself. The CPU tests run transformers' own torch
+# code, as it does where those packages are absent (CI); the CUDA test keeps what users run.
+FOREIGN = ("fla", "causal_conv1d")
+PATH_FUNCTIONS = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule", "causal_conv1d_fn",
+                  "causal_conv1d_update")
+
+
+@pytest.fixture(autouse=True)
+def torch_code_on_cpu(request, monkeypatch):
+    """Module-level functions: their torch code (what the fallback wrapper wraps) for a CPU test."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and callspec.params.get("device", "cpu") != "cpu":
+        return
+    for config_name, model_name, _ in FAMILIES.values():
+        modeling = sys.modules.get(getattr(getattr(transformers, model_name, None), "__module__", ""), None)
+        for name in PATH_FUNCTIONS:
+            f = getattr(modeling, name, None)
+            if f is not None and hasattr(f, "__wrapped__"):
+                monkeypatch.setattr(modeling, name, inspect.unwrap(f))
+
+
+def own_torch_modules(model):
+    """Instance attributes (4.57 - 5.3): the module's torch functions and RMSNormGated back."""
+    for m in gdn_modules(model):
+        modeling = sys.modules[type(m).__module__]
+        for attr in ("chunk_gated_delta_rule", "recurrent_gated_delta_rule", "causal_conv1d_fn",
+                     "causal_conv1d_update"):
+            f = m.__dict__.get(attr)
+            if f is not None and getattr(f, "__module__", "").startswith(FOREIGN):
+                setattr(m, attr, getattr(modeling, "torch_" + attr, None))
+        norm = getattr(m, "norm", None)
+        if norm is not None and type(norm).__module__.startswith(FOREIGN):
+            cls = next(getattr(modeling, n) for n in dir(modeling)
+                       if n.endswith("RMSNormGated") and not n.startswith("Fused"))
+            plain = cls(norm.weight.shape[0], eps=norm.eps).to(norm.weight.dtype)
+            plain.weight.data.copy_(norm.weight.data)
+            m.norm = plain
+    return model
+
+
+def build(family, seed=0, device="cpu"):
     config_cls, model_cls, extra = model_classes(family)
     config = config_cls(
         vocab_size=256, hidden_size=128, num_hidden_layers=4,
@@ -70,6 +116,8 @@ def build(family, seed=0):
         max_position_embeddings=256, **extra)
     torch.manual_seed(seed)
     model = model_cls(config).eval()
+    if device == "cpu":
+        own_torch_modules(model)
     ids = torch.randint(0, config.vocab_size, (2, 7), generator=torch.Generator().manual_seed(seed + 1))
     return model, ids
 
@@ -99,7 +147,7 @@ CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available
 def test_greedy_generate_matches(family, device):
     """On CUDA transformers' own path is its torch code or FLA's kernels, whichever is installed;
     float32 matmuls there run without TF32 (torch's default), so the float32 bound holds."""
-    model, ids = build(family)
+    model, ids = build(family, device=device)
     model, ids = model.to(device), ids.to(device)
     tokens_ref, logits_ref = generate(model, ids)
     with gt.patch_transformers(model) as patch:
@@ -215,7 +263,7 @@ def test_bf16_real_gdn_shape():
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
     try:
-        model = model_cls(config).eval()
+        model = own_torch_modules(model_cls(config).eval())
     finally:
         torch.set_default_dtype(previous)
     ids = torch.randint(0, 512, (2, 9), generator=torch.Generator().manual_seed(12))
