@@ -273,6 +273,77 @@ TEST_F(CudaOnly, FusedMiddleWithMoreGroupsThanSms) {
     }
 }
 
+// The inputs of a multi-token call of B rows of T tokens (Hk k-heads, Hv
+// v-heads of D x D; q/k/v/a/b in bf16, realistic gates) on the GPU, drawn from
+// seed; params() is the dense call over a pool of num_slots slots.
+struct TokenCall {
+  static constexpr gdn::DType kIo = gdn::DType::kBF16;
+  int64_t B, T, Hk, Hv, D;
+  std::mt19937_64 rng;
+  DeviceBuffer q, k, v, a, b, A_log, dt_bias;
+
+  TokenCall(int64_t B_, int64_t T_, int64_t Hk_, int64_t Hv_, int64_t D_, uint64_t seed)
+      : B(B_), T(T_), Hk(Hk_), Hv(Hv_), D(D_), rng(seed) {
+    const gdn::Backend be = gdn::Backend::kCuda;
+    q = DeviceBuffer(be, draw(B * T * Hk * D, kIo, 1.0));
+    k = DeviceBuffer(be, draw(B * T * Hk * D, kIo, 1.0));
+    v = DeviceBuffer(be, draw(B * T * Hv * D, kIo, 1.0));
+    a = DeviceBuffer(be, draw(B * T * Hv, kIo, 1.0));
+    b = DeviceBuffer(be, draw(B * T * Hv, kIo, 1.0));
+    std::uniform_real_distribution<double> u01(0.0, 1.0);
+    std::vector<float> A, dt;
+    for (int64_t h = 0; h < Hv; ++h) {
+      // A = U(1, 16); dt log-uniform in [1e-3, 0.1]; dt_bias = softplus^-1(dt)
+      A.push_back(float(std::log(1.0 + 15.0 * u01(rng))));
+      dt.push_back(float(std::log(std::expm1(std::exp(std::log(1e-3) + std::log(100.0) * u01(rng))))));
+    }
+    A_log = DeviceBuffer(be, bytes(A));
+    dt_bias = DeviceBuffer(be, bytes(dt));
+  }
+  // n values of N(0, sd^2) in dtype t
+  std::vector<uint8_t> draw(int64_t n, gdn::DType t, double sd) {
+    std::normal_distribution<double> n01(0.0, 1.0);
+    std::vector<uint8_t> out(size_t(n) * gdn::dtype_size(t));
+    for (int64_t i = 0; i < n; ++i) gdn::store_element(out.data(), t, i, sd * n01(rng));
+    return out;
+  }
+  template <typename E>
+  static std::vector<uint8_t> bytes(const std::vector<E>& x) {
+    std::vector<uint8_t> out(x.size() * sizeof(E));
+    std::memcpy(out.data(), x.data(), out.size());
+    return out;
+  }
+  int64_t slot() const { return Hv * D * D; }
+  // an output buffer of every token, filled with the canary
+  DeviceBuffer output() const {
+    return DeviceBuffer(gdn::Backend::kCuda, std::vector<uint8_t>(size_t(B * T * Hv * D) * gdn::dtype_size(kIo), kCanary));
+  }
+  gdn::DecodeParams params(DeviceBuffer& pool, int64_t num_slots, DeviceBuffer& o, gdn::DType state,
+                           gdn::Layout layout) const {
+    gdn::DecodeParams p;
+    p.batch = B;
+    p.num_tokens = int32_t(T);
+    p.num_k_heads = int32_t(Hk);
+    p.num_v_heads = int32_t(Hv);
+    p.head_dim_k = p.head_dim_v = int32_t(D);
+    p.qkv_dtype = p.ab_dtype = p.o_dtype = kIo;
+    p.state_dtype = state;
+    p.layout = layout;
+    p.q = q.get();
+    p.k = k.get();
+    p.v = v.get();
+    p.a = a.get();
+    p.b = b.get();
+    p.A_log = A_log.as<float>();
+    p.dt_bias = dt_bias.as<float>();
+    p.state = pool.get();
+    p.num_slots = num_slots;
+    p.o = o.get();
+    gdn::set_dense_strides(p);
+    return p;
+  }
+};
+
 // Multi-token blocks of several rounds (docs/decisions.md#token-kernel): 160
 // groups, more than the SMs, so the planner gives a block the whole group;
 // forced through every geometry the planner may pick (rounds a block, the
@@ -280,72 +351,27 @@ TEST_F(CudaOnly, FusedMiddleWithMoreGroupsThanSms) {
 // one-token calls chained in place bitwise (outputs, final state, and every
 // intermediate state), for both layouts and fp32 and bf16 states.
 TEST_F(CudaOnly, TokenBlocksOfSeveralRoundsEqualChainedCalls) {
-  constexpr int64_t B = 80, T = 3, Hk = 2, Hv = 4, D = 128;
-  const gdn::DType io = gdn::DType::kBF16;
-  std::mt19937_64 rng(71);
-  std::normal_distribution<double> n01(0.0, 1.0);
-  std::uniform_real_distribution<double> u01(0.0, 1.0);
-  auto draw = [&](int64_t n, gdn::DType t, double sd) {
-    std::vector<uint8_t> v(size_t(n) * gdn::dtype_size(t));
-    for (int64_t i = 0; i < n; ++i) gdn::store_element(v.data(), t, i, sd * n01(rng));
-    return v;
-  };
-  const std::vector<uint8_t> q = draw(B * T * Hk * D, io, 1.0), k = draw(B * T * Hk * D, io, 1.0),
-                             v = draw(B * T * Hv * D, io, 1.0), a = draw(B * T * Hv, io, 1.0),
-                             b = draw(B * T * Hv, io, 1.0);
-  std::vector<float> A_log, dt_bias;
-  for (int64_t h = 0; h < Hv; ++h) {
-    // A = U(1, 16); dt log-uniform in [1e-3, 0.1]; dt_bias = softplus^-1(dt)
-    A_log.push_back(float(std::log(1.0 + 15.0 * u01(rng))));
-    dt_bias.push_back(float(std::log(std::expm1(std::exp(std::log(1e-3) + std::log(100.0) * u01(rng))))));
-  }
-  auto bytes = [](const std::vector<float>& f) {
-    std::vector<uint8_t> out(f.size() * 4);
-    std::memcpy(out.data(), f.data(), out.size());
-    return out;
-  };
+  constexpr int64_t B = 80, T = 3, Hv = 4, D = 128;
+  TokenCall in(B, T, 2, Hv, D, 71);
+  const gdn::DType io = TokenCall::kIo;
   const gdn::Backend be = gdn::Backend::kCuda;
-  const DeviceBuffer dq(be, q), dk(be, k), dv(be, v), da(be, a), db(be, b), dA(be, bytes(A_log)),
-      ddt(be, bytes(dt_bias));
   for (gdn::DType sd : {gdn::DType::kF32, gdn::DType::kBF16})
     for (gdn::Layout layout : {gdn::Layout::kVK, gdn::Layout::kKV}) {
-      const int64_t slot = Hv * D * D;
-      const std::vector<uint8_t> pool0 = draw(B * slot, sd, 0.5);
-      auto params = [&](DeviceBuffer& pool, DeviceBuffer& o) {
-        gdn::DecodeParams p;
-        p.batch = B;
-        p.num_tokens = int32_t(T);
-        p.num_k_heads = int32_t(Hk);
-        p.num_v_heads = int32_t(Hv);
-        p.head_dim_k = p.head_dim_v = int32_t(D);
-        p.qkv_dtype = p.ab_dtype = p.o_dtype = io;
-        p.state_dtype = sd;
-        p.layout = layout;
-        p.q = dq.get();
-        p.k = dk.get();
-        p.v = dv.get();
-        p.a = da.get();
-        p.b = db.get();
-        p.A_log = dA.as<float>();
-        p.dt_bias = ddt.as<float>();
-        p.state = pool.get();
-        p.num_slots = B;
-        p.o = o.get();
-        gdn::set_dense_strides(p);
-        return p;
-      };
+      const int64_t slot = in.slot();
+      const std::vector<uint8_t> pool0 = in.draw(B * slot, sd, 0.5);
+      auto params = [&](DeviceBuffer& pool, DeviceBuffer& o) { return in.params(pool, B, o, sd, layout); };
       // the chain: token t of every row, one call each; the pool after each
-      DeviceBuffer pool(be, pool0), o(be, std::vector<uint8_t>(size_t(B * T * Hv * D) * 2, kCanary));
+      DeviceBuffer pool(be, pool0), o = in.output();
       std::vector<std::vector<uint8_t>> after;
       for (int64_t t = 0; t < T; ++t) {
         gdn::DecodeParams p = params(pool, o);
         const size_t e = gdn::dtype_size(io);
         p.num_tokens = 1;
-        p.q = dq.as<uint8_t>(size_t(t * p.q_token_stride) * e);
-        p.k = dk.as<uint8_t>(size_t(t * p.k_token_stride) * e);
-        p.v = dv.as<uint8_t>(size_t(t * p.v_token_stride) * e);
-        p.a = da.as<uint8_t>(size_t(t * p.a_token_stride) * e);
-        p.b = db.as<uint8_t>(size_t(t * p.b_token_stride) * e);
+        p.q = in.q.as<uint8_t>(size_t(t * p.q_token_stride) * e);
+        p.k = in.k.as<uint8_t>(size_t(t * p.k_token_stride) * e);
+        p.v = in.v.as<uint8_t>(size_t(t * p.v_token_stride) * e);
+        p.a = in.a.as<uint8_t>(size_t(t * p.a_token_stride) * e);
+        p.b = in.b.as<uint8_t>(size_t(t * p.b_token_stride) * e);
         p.o = o.as<uint8_t>(size_t(t * p.o_token_stride) * e);
         ASSERT_TRUE(gdn::decode(p, be).ok());
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -359,7 +385,7 @@ TEST_F(CudaOnly, TokenBlocksOfSeveralRoundsEqualChainedCalls) {
         const std::string what = std::string(gdn::to_string(sd)) + " " + gdn::to_string(layout) +
                                  ", rounds " + std::to_string(g.rounds) + ", ring stages " + std::to_string(g.stages);
         SCOPED_TRACE(what);
-        DeviceBuffer pool1(be, pool0), o1(be, std::vector<uint8_t>(size_t(B * T * Hv * D) * 2, kCanary));
+        DeviceBuffer pool1(be, pool0), o1 = in.output();
         DeviceBuffer inter(be, std::vector<uint8_t>(size_t(B * T * slot) * gdn::dtype_size(sd), kCanary));
         gdn::DecodeParams p = params(pool1, o1);
         p.intermediate_states = inter.get();
@@ -399,36 +425,13 @@ TEST_F(CudaOnly, TokenBlocksOfSeveralRoundsEqualChainedCalls) {
 // and slots past the rows (state_out_indices none or the same array), with
 // and without a programmatic launch, both layouts, fp32 and bf16 states.
 TEST_F(CudaOnly, ChainedOneTokenLaunchesEqualTheTokenKernel) {
-  constexpr int64_t B = 8, Hk = 2, Hv = 4, D = 128, kSlots = B + 3;
-  const gdn::DType io = gdn::DType::kBF16;
-  std::mt19937_64 rng(73);
-  std::normal_distribution<double> n01(0.0, 1.0);
-  std::uniform_real_distribution<double> u01(0.0, 1.0);
-  auto draw = [&](int64_t n, gdn::DType t, double sd) {
-    std::vector<uint8_t> v(size_t(n) * gdn::dtype_size(t));
-    for (int64_t i = 0; i < n; ++i) gdn::store_element(v.data(), t, i, sd * n01(rng));
-    return v;
-  };
-  constexpr int64_t kMaxT = 3;
-  const std::vector<uint8_t> q = draw(B * kMaxT * Hk * D, io, 1.0), k = draw(B * kMaxT * Hk * D, io, 1.0),
-                             v = draw(B * kMaxT * Hv * D, io, 1.0), a = draw(B * kMaxT * Hv, io, 1.0),
-                             b = draw(B * kMaxT * Hv, io, 1.0);
-  std::vector<float> A_log, dt_bias;
-  for (int64_t h = 0; h < Hv; ++h) {
-    // A = U(1, 16); dt log-uniform in [1e-3, 0.1]; dt_bias = softplus^-1(dt)
-    A_log.push_back(float(std::log(1.0 + 15.0 * u01(rng))));
-    dt_bias.push_back(float(std::log(std::expm1(std::exp(std::log(1e-3) + std::log(100.0) * u01(rng))))));
-  }
-  auto bytes = [](const auto& f) {
-    std::vector<uint8_t> out(f.size() * sizeof(f[0]));
-    std::memcpy(out.data(), f.data(), out.size());
-    return out;
-  };
+  constexpr int64_t B = 8, D = 128, kSlots = B + 3;
+  // (inputs for three tokens: the two-token calls read the first two of each row)
+  TokenCall in3(B, 3, 2, 4, D, 73);
   // rows 2 and 5 padding, row 6 out of range; the others shuffled over the slots
   const std::vector<int32_t> slots = {7, 0, -1, 10, 3, -1, int32_t(kSlots) + 4, 1};
   const gdn::Backend be = gdn::Backend::kCuda;
-  const DeviceBuffer dq(be, q), dk(be, k), dv(be, v), da(be, a), db(be, b), dA(be, bytes(A_log)),
-      ddt(be, bytes(dt_bias)), didx(be, bytes(slots));
+  const DeviceBuffer didx(be, TokenCall::bytes(slots));
   for (gdn::DType sd : {gdn::DType::kF32, gdn::DType::kBF16})
     for (gdn::Layout layout : {gdn::Layout::kVK, gdn::Layout::kKV})
       for (int pool_mode : {0, 1, 2})  // dense; state_indices; state_out_indices the same array
@@ -438,35 +441,17 @@ TEST_F(CudaOnly, ChainedOneTokenLaunchesEqualTheTokenKernel) {
                                      (pool_mode == 0 ? ", dense" : pool_mode == 1 ? ", pool" : ", pool in = out") +
                                      (pdl ? ", programmatic" : "") + ", T = " + std::to_string(T);
             SCOPED_TRACE(what);
-            const int64_t slot = Hv * D * D;
-            const std::vector<uint8_t> pool0 = draw(kSlots * slot, sd, 0.5);
+            const std::vector<uint8_t> pool0 = in3.draw(kSlots * in3.slot(), sd, 0.5);
             struct Run {
               std::vector<uint8_t> o, pool;
               uint32_t bad;
               gdn::gpu::Plan plan;
             };
             auto run = [&](int chain) {
-              DeviceBuffer pool(be, pool0), o(be, std::vector<uint8_t>(size_t(B * T * Hv * D) * 2, kCanary));
+              DeviceBuffer pool(be, pool0), o = in3.output();
               DeviceBuffer count(be, std::vector<uint8_t>(4, 0));
-              gdn::DecodeParams p;
-              p.batch = B;
-              p.num_tokens = T;
-              p.num_k_heads = int32_t(Hk);
-              p.num_v_heads = int32_t(Hv);
-              p.head_dim_k = p.head_dim_v = int32_t(D);
-              p.qkv_dtype = p.ab_dtype = p.o_dtype = io;
-              p.state_dtype = sd;
-              p.layout = layout;
-              p.q = dq.get();
-              p.k = dk.get();
-              p.v = dv.get();
-              p.a = da.get();
-              p.b = db.get();
-              p.A_log = dA.as<float>();
-              p.dt_bias = ddt.as<float>();
-              p.state = pool.get();
-              p.num_slots = kSlots;
-              p.o = o.get();
+              gdn::DecodeParams p = in3.params(pool, kSlots, o, sd, layout);
+              p.num_tokens = T;  // tokens t < T of each row's three
               p.programmatic_launch = pdl;
               if (pool_mode > 0) {
                 p.index_dtype = gdn::IndexType::kI32;
@@ -474,7 +459,6 @@ TEST_F(CudaOnly, ChainedOneTokenLaunchesEqualTheTokenKernel) {
                 if (pool_mode == 2) p.state_out_indices = didx.get();
                 p.invalid_index_count = count.as<uint32_t>();
               }
-              gdn::set_dense_strides(p);
               EXPECT_TRUE(gdn::validate(p).ok());
               gdn::gpu::PlanOverrides ov;
               ov.token_chain = chain;
