@@ -707,8 +707,9 @@ def test_vllm_uncut_inputs_as_vllm_passes_them(device, wrapper):
     """What vLLM's callers pass uncut, read as vLLM's kernels read it: index tables with rows
     past the sequences (the decodes of a mixed batch with the whole table; a padded table in
     the CUDA-graph spec path), gates for more tokens than q holds (the spec path passes every
-    scheduled token's), q padded past cu_seqlens[-1], num_accepted_tokens = 0 (clamped to 1).
-    Each gives the bits of the same call on the cut inputs, and touches nothing else."""
+    scheduled token's), q padded past cu_seqlens[-1]. Each gives the bits of the same call on
+    the cut inputs, and touches nothing else. num_accepted_tokens = 0 (or above T) makes its
+    sequence padding, as vLLM's current kernels do: zero outputs, none of its slots touched."""
     lengths = [2, 3, 1]
     t = spec_inputs(device, N=3, T=3, lengths=lengths, slots=20, seed=61)
     total, N, T, HV = sum(lengths), 3, 3, t["v"].shape[-2]
@@ -746,13 +747,19 @@ def test_vllm_uncut_inputs_as_vllm_passes_them(device, wrapper):
                         num_accepted_tokens=acc),
          lambda s: call(pad_q(q), pad_q(k), pad_q(v), total + 4, s, cu_seqlens=cu,
                         ssm_state_indices=padded_table, num_accepted_tokens=padded_acc))
-    # num_accepted_tokens = 0 reads the row's first slot, as 1 does
-    zero = torch.zeros(N, dtype=torch.int32, device=device)
-    one = torch.ones(N, dtype=torch.int32, device=device)
-    both(lambda s: call(q, k, v, total, s, cu_seqlens=cu, ssm_state_indices=table,
-                        num_accepted_tokens=one),
-         lambda s: call(q, k, v, total, s, cu_seqlens=cu, ssm_state_indices=table,
-                        num_accepted_tokens=zero))
+    # num_accepted_tokens 0 or above T: that sequence is padding, the others run as before
+    for bad in (0, T + 1):
+        pool_ref, pool = t["state"].clone(), t["state"].clone()
+        o_ref, _ = call(q, k, v, total, pool_ref, cu_seqlens=cu, ssm_state_indices=table,
+                        num_accepted_tokens=acc)
+        o, _ = call(q, k, v, total, pool, cu_seqlens=cu, ssm_state_indices=table,
+                    num_accepted_tokens=torch.tensor([2, bad, 3], dtype=torch.int32, device=device))
+        first, last = int(cu[1]), int(cu[2])  # sequence 1's tokens
+        assert not o[:, first:last].any()
+        assert torch.equal(o[:, :first], o_ref[:, :first]) and torch.equal(o[:, last:], o_ref[:, last:])
+        assert torch.equal(pool[table[1].long()], t["state"][table[1].long()])
+        others = torch.cat([table[0], table[2]]).long()
+        assert torch.equal(pool[others], pool_ref[others])
     # decodes of a mixed batch: one token a sequence, the whole 1-D table, q padded or not
     dec = torch.arange(N + 1, dtype=torch.int32, device=device)
     slots = torch.tensor([7, -1, 4, 11, 12], dtype=torch.int32, device=device)
@@ -762,6 +769,43 @@ def test_vllm_uncut_inputs_as_vllm_passes_them(device, wrapper):
         both(lambda s: call(q1, k1, v1, N, s, cu_seqlens=dec, ssm_state_indices=slots[:N]),
              lambda s: call(pq(q1), pq(k1), pq(v1), N + 2 if padded else N, s, cu_seqlens=dec,
                             ssm_state_indices=slots))
+
+
+@pytest.mark.parametrize("null_block", [None, 0])
+def test_vllm_null_block_follows_the_installed_vllm(monkeypatch, null_block):
+    """null_block_id's default is the installed vLLM's NULL_BLOCK_ID: where vLLM reserves slot
+    0 (current releases: slots <= 0 are skipped), a row on slot 0 is padding (zero output, slot
+    0 untouched); where vLLM defines none (or is absent), slot 0 is an ordinary slot. An
+    explicit null_block_id wins either way."""
+    import types
+    names = ["vllm", "vllm.v1", "vllm.v1.attention", "vllm.v1.attention.backends",
+             "vllm.v1.attention.backends.utils"]
+    for name in names:
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    if null_block is not None:
+        sys.modules[names[-1]].NULL_BLOCK_ID = null_block
+    monkeypatch.setattr(vllm, "_vllm_null_block", [])
+    t = spec_inputs("cpu", N=3, T=1, lengths=None, slots=6, seed=71)
+    slots = torch.tensor([2, 0, 4], dtype=torch.int32)
+    gen = torch.Generator().manual_seed(72)
+    g = -torch.rand(3, 1, t["v"].shape[-2], generator=gen)
+    beta = torch.rand(3, 1, t["v"].shape[-2], generator=gen)
+
+    def run(**kw):
+        pool = t["state"].clone()
+        o, _ = vllm.fused_recurrent_gated_delta_rule(
+            t["q"], t["k"], t["v"], g, beta, initial_state=pool, ssm_state_indices=slots,
+            use_qk_l2norm_in_kernel=True, **kw)
+        return o, pool
+
+    o, pool = run()
+    assert vllm.installed_null_block_id() == null_block
+    o_none, pool_none = run(null_block_id=None)
+    o_zero, pool_zero = run(null_block_id=0)
+    assert not torch.equal(pool_none[0], t["state"][0]) and o_none[1].any()  # slot 0 stepped
+    assert torch.equal(pool_zero[0], t["state"][0]) and not o_zero[1].any()  # slot 0 is padding
+    expected_o, expected_pool = (o_none, pool_none) if null_block is None else (o_zero, pool_zero)
+    assert torch.equal(o, expected_o) and torch.equal(pool, expected_pool)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -17,8 +17,10 @@ Same arguments and results, for one token per sequence (decode): q, k [B, T, H, 
 v [B, T, HV, V] with B*T = N sequences ([N, 1, ...]; with cu_seqlens [0, 1, ..., N]
 [1, N, ...] or [N, 1, ...]); a, b (or g, beta) [N, HV]; the state pool [slots, HV, V, K] (gdnkit's
 "vk" layout, vLLM's current one; pass state_layout="kv" for releases whose pool is
-[slots, HV, K, V]); ssm_state_indices [N] (or [N, T_max]) with -1 for padding rows
-(null_block_id=0 for releases that mark padding with slot 0); returns
+[slots, HV, K, V]); ssm_state_indices [N] (or [N, T_max]) with -1 for padding rows, and
+every slot up to null_block_id too (vLLM's null block: the default is the installed vLLM's
+NULL_BLOCK_ID, 0 in releases that reserve slot 0 and skip slots <= 0; none where vLLM is
+absent or defines none; pass null_block_id=None or an int to choose); returns
 (o [B, T, HV, V] in q's dtype, final_state). fused_sigmoid_gating: g = -exp(A_log) *
 softplus_beta(a + dt_bias), beta = sigmoid(b); l2norm x * rsqrt(sum x^2 + 1e-6) when
 use_qk_l2norm_in_kernel.
@@ -58,13 +60,14 @@ a, b (g, beta) for more tokens than q holds (only q's tokens' are read); with cu
 q padded past cu_seqlens[-1] (the padding tokens' outputs left unwritten; a 1-D table then
 means one token a sequence, run as one-token decode, cu_seqlens checked to be [0, 1, ...,
 N] by the asynchronous assert);
-num_accepted_tokens below 1 counts as 1, as vLLM clamps it.
+num_accepted_tokens outside [1, T] makes the sequence padding: zero outputs, nothing read or
+written (vLLM's current kernels mask such a count the same way).
 
 Differences: padding rows get a zero output row (vLLM leaves them unwritten); a sequence
 whose first slot is padding has every token's output zero and stores nothing; without
 ssm_state_indices row n uses slot n (vLLM reads the slot of the row's first token
 position out of place, and needs the table in place); num_accepted_tokens above T
-makes the sequence padding (vLLM reads whatever the table holds there); out of place with
+makes the sequence padding, as above; out of place with
 dense q and N > 1, final_state has N*T entries (vLLM allocates T and writes past them);
 entries of final_state for padding sequences are left uninitialized, as vLLM leaves them.
 Not supported (NotImplementedError): several tokens per sequence in place without 2-D
@@ -75,6 +78,10 @@ sequence (1-D ssm_state_indices, as many tokens as sequences) cu_seqlens must be
 stream's next synchronization on a GPU, before the step writes anything), so the call
 never synchronizes with the device and never returns a silently wrong result.
 """
+import importlib
+import importlib.util
+import sys
+
 import torch
 
 from . import _ops
@@ -110,6 +117,30 @@ def _layout_id(state_layout):
     if isinstance(state_layout, str):
         return _ops.LAYOUTS[state_layout.lower()]
     return int(state_layout)
+
+
+# null_block_id's default: the installed vLLM's own (read once, below)
+AUTO = "auto"
+_vllm_null_block = []
+
+
+def installed_null_block_id():
+    """The installed vLLM's NULL_BLOCK_ID (vllm.v1.attention.backends.utils), or None where
+    vLLM is absent or defines none. Read once, on the first call that needs it."""
+    if not _vllm_null_block:
+        value = None
+        if "vllm" in sys.modules or importlib.util.find_spec("vllm") is not None:
+            try:
+                value = int(importlib.import_module("vllm.v1.attention.backends.utils").NULL_BLOCK_ID)
+            except (ImportError, AttributeError, TypeError, ValueError):
+                value = None
+        _vllm_null_block.append(value)
+    return _vllm_null_block[0]
+
+
+def _null_block(null_block_id):
+    return installed_null_block_id() if isinstance(null_block_id, str) and null_block_id == AUTO \
+        else null_block_id
 
 
 def _padding(x, null_block_id):
@@ -302,14 +333,11 @@ def _what_vllm_reads(k, a, b, cu_seqlens, ssm_state_indices, num_accepted_tokens
     rows past N are never read (the mixed decode + prefill batch passes the whole table
     with the decodes' cu_seqlens; the CUDA-graph spec path a padded one); its gates are
     read at the tokens' positions, so a, b past q's tokens are never read (the spec path
-    passes every scheduled token's). num_accepted_tokens = 0 is clamped to 1, as vLLM's
-    kernels do (the row starts from its first slot)."""
+    passes every scheduled token's)."""
     n_seq = k.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
     tokens = k.shape[0] * k.shape[1]
     ssm_state_indices = _first(ssm_state_indices, n_seq, 0)
     num_accepted_tokens = _first(num_accepted_tokens, n_seq, 0)
-    if num_accepted_tokens is not None:
-        num_accepted_tokens = num_accepted_tokens.clamp(min=1)
     if k.shape[0] == 1:  # packed (or one-row) tokens: gates [tokens, HV] or [1, tokens, HV]
         a, b = (_gate_tokens(x, tokens) for x in (a, b))
     return a, b, ssm_state_indices, num_accepted_tokens
@@ -425,12 +453,13 @@ def fused_sigmoid_gating_delta_rule_update(
     *,
     ssm_state_indices_output=None,
     state_layout="vk",
-    null_block_id=None,
+    null_block_id=AUTO,
 ):
     """vLLM's signature and semantics, one or several tokens per sequence; returns (o, final_state)."""
     if is_kda:
         raise NotImplementedError(f"{_WHO}: is_kda=True (per-channel KDA gates) is not supported by gdnkit")
     A_log, a, b, dt_bias = raw_gate_inputs(A_log, a, b, dt_bias, beta, threshold, _WHO)
+    null_block_id = _null_block(null_block_id)
     return _decode(_WHO, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, gate=_ops.RAW,
                    scale=scale, initial_state=initial_state,
                    inplace_final_state=inplace_final_state, cu_seqlens=cu_seqlens,
@@ -456,7 +485,7 @@ def fused_recurrent_gated_delta_rule(
     *,
     ssm_state_indices_output=None,
     state_layout="vk",
-    null_block_id=None,
+    null_block_id=AUTO,
 ):
     """vLLM's fused_recurrent_gated_delta_rule (g in log space and beta precomputed, continuous
     batching over a state pool), one or several tokens per sequence; returns (o, final_state)."""
@@ -472,6 +501,7 @@ def fused_recurrent_gated_delta_rule(
         g = g.contiguous()
     if beta.stride(-1) != 1:
         beta = beta.contiguous()
+    null_block_id = _null_block(null_block_id)
     return _decode(_WHO_RECURRENT, q=q, k=k, v=v, a=g, b=beta, A_log=None, dt_bias=None,
                    gate=_ops.PRECOMPUTED, scale=scale, initial_state=initial_state,
                    inplace_final_state=inplace_final_state, cu_seqlens=cu_seqlens,
