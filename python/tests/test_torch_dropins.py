@@ -798,8 +798,16 @@ def test_vllm_null_block_follows_the_installed_vllm(monkeypatch, null_block):
             use_qk_l2norm_in_kernel=True, **kw)
         return o, pool
 
+    # the first call traced by torch.compile (fullgraph): the default is read then, as a constant
+    # of the graph (one value a process: the reset forgets the other parametrization's graph)
+    torch._dynamo.reset()
+    pool_compiled = t["state"].clone()
+    o_compiled = torch.compile(lambda p: vllm.fused_recurrent_gated_delta_rule(
+        t["q"], t["k"], t["v"], g, beta, initial_state=p, ssm_state_indices=slots,
+        use_qk_l2norm_in_kernel=True)[0], backend="aot_eager", fullgraph=True)(pool_compiled)
     o, pool = run()
     assert vllm.installed_null_block_id() == null_block
+    assert torch.equal(o_compiled, o) and torch.equal(pool_compiled, pool)
     o_none, pool_none = run(null_block_id=None)
     o_zero, pool_zero = run(null_block_id=0)
     assert not torch.equal(pool_none[0], t["state"][0]) and o_none[1].any()  # slot 0 stepped

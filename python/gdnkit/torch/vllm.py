@@ -20,7 +20,8 @@ v [B, T, HV, V] with B*T = N sequences ([N, 1, ...]; with cu_seqlens [0, 1, ...,
 [slots, HV, K, V]); ssm_state_indices [N] (or [N, T_max]) with -1 for padding rows, and
 every slot up to null_block_id too (vLLM's null block: the default is the installed vLLM's
 NULL_BLOCK_ID, 0 in releases that reserve slot 0 and skip slots <= 0; none where vLLM is
-absent or defines none; pass null_block_id=None or an int to choose); returns
+absent or defines none; read once a process, and a constant of torch.compile'd graphs;
+pass null_block_id=None or an int to choose); returns
 (o [B, T, HV, V] in q's dtype, final_state). fused_sigmoid_gating: g = -exp(A_log) *
 softplus_beta(a + dt_bias), beta = sigmoid(b); l2norm x * rsqrt(sum x^2 + 1e-6) when
 use_qk_l2norm_in_kernel.
@@ -124,9 +125,11 @@ AUTO = "auto"
 _vllm_null_block = []
 
 
+@torch.compiler.assume_constant_result
 def installed_null_block_id():
     """The installed vLLM's NULL_BLOCK_ID (vllm.v1.attention.backends.utils), or None where
-    vLLM is absent or defines none. Read once, on the first call that needs it."""
+    vLLM is absent or defines none. Read once, on the first call that needs it (under
+    torch.compile, when the call is traced: a constant of the graph)."""
     if not _vllm_null_block:
         value = None
         if "vllm" in sys.modules or importlib.util.find_spec("vllm") is not None:
