@@ -71,7 +71,8 @@ output[n, t]. Where the states go:
   - ssm_state_indices [B, T] (gated_delta_rule_mtp only; with neither of the two above):
     the state after token t goes to pool slot ssm_state_indices[n, t] and nothing else
     is written (the last token's slot holds the final state; output_state_indices is
-    not used, as in FlashInfer).
+    not used, as in FlashInfer's earlier releases: its BF16 MTP kernel now also writes
+    the final state to output_state_indices[n] there, which gdnkit does not yet do).
 It is one gdnkit call, whose multi-token modes are these: initial_state_indices and
 output_state_indices are its read and write slots, intermediate_states_buffer its
 intermediate_states (a [B, T] view of the buffer's first B * T blocks),
