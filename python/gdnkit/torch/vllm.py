@@ -125,7 +125,11 @@ AUTO = "auto"
 _vllm_null_block = []
 
 
-@torch.compiler.assume_constant_result
+# (torch releases before torch.compiler.assume_constant_result have no compiler to tell)
+_constant = getattr(getattr(torch, "compiler", None), "assume_constant_result", lambda f: f)
+
+
+@_constant
 def installed_null_block_id():
     """The installed vLLM's NULL_BLOCK_ID (vllm.v1.attention.backends.utils), or None where
     vLLM is absent or defines none. Read once, on the first call that needs it (under
