@@ -275,9 +275,10 @@ struct OnBackend {
 }
 
 // Per-token slots (B, T); the initial slot from num_accepted_tokens, or from
-// state_indices when `in` is given.
+// state_indices when `in` is given; the final state besides to slot out[b]
+// when `out` is given (FlashInfer's split pool).
 struct TokenSlots {
-  std::vector<int32_t> tsi, accepted, in;
+  std::vector<int32_t> tsi, accepted, in, out;
 };
 
 ::testing::AssertionResult run_token_slots(gdn::Backend be, const Problem& pr, const TokenSlots& ts, Outcome* out) {
@@ -285,11 +286,13 @@ struct TokenSlots {
   const DeviceBuffer tsi = indices(be, ts.tsi);
   const DeviceBuffer accepted = indices(be, ts.accepted.empty() ? std::vector<int32_t>{0} : ts.accepted);
   const DeviceBuffer in = indices(be, ts.in.empty() ? std::vector<int32_t>{0} : ts.in);
+  const DeviceBuffer fin = indices(be, ts.out.empty() ? std::vector<int32_t>{0} : ts.out);
   gdn::DecodeParams p = d.params();
   p.index_dtype = IndexType::kI32;
   p.token_state_indices = tsi.get();
   if (!ts.accepted.empty()) p.num_accepted_tokens = accepted.get();
   if (!ts.in.empty()) p.state_indices = in.get();
+  if (!ts.out.empty()) p.state_out_indices = fin.get();
   gdn::set_dense_strides(p);
   ::testing::AssertionResult r = ran(be, p);
   if (r) *out = d.outcome();
@@ -443,7 +446,9 @@ void expect_close_to_host(const Problem& pr, const Outcome& got, const Outcome& 
 // B = 3 rows of T = 4 tokens in 16 slots, shuffled (12 token slots, 4 that
 // no token writes); row 0's last token writes no slot. The initial state
 // from slot [b, n - 1] of the accepted tokens n = 1, 3, 4 (vLLM), or, in
-// the second pattern, from three of the other slots through state_indices.
+// the second pattern, from three of the other slots through state_indices;
+// the third adds final write slots: row 0 its own read slot, row 1 none,
+// row 2 the last free slot.
 std::vector<TokenSlots> token_slot_patterns() {
   std::vector<int32_t> perm(16);
   for (int32_t s = 0; s < 16; ++s) perm[size_t(s)] = s;
@@ -454,7 +459,9 @@ std::vector<TokenSlots> token_slot_patterns() {
   TokenSlots by_accepted = ts, by_index = ts;
   by_accepted.accepted = {1, 3, 4};
   by_index.in = {perm[12], perm[13], perm[14]};
-  return {by_accepted, by_index};
+  TokenSlots split = by_index;
+  split.out = {perm[12], -1, perm[15]};
+  return {by_accepted, by_index, split};
 }
 
 // Rows of 2, 0, 3, 1 and 1 packed tokens and one whose range runs backwards
@@ -487,7 +494,8 @@ TEST_P(MultiTokenTest, OneCallEqualsTOneTokenCalls) {
 
 // Per-token slots: token t of row b reads the previous token's slot (token 0
 // the initial slot) and writes slot [b, t], as one-token calls with a read
-// and a write index; a slot no token writes stays as it was.
+// and a write index; a slot no token writes stays as it was. A final write
+// slot holds what a second chain, whose last call writes there, leaves in it.
 TEST_P(MultiTokenTest, PerTokenSlots) {
   const int64_t B = 3, T = 4, slots = 16;
   const std::vector<TokenSlots> patterns = token_slot_patterns();
@@ -495,27 +503,47 @@ TEST_P(MultiTokenTest, PerTokenSlots) {
     const Variant& var = kVariants[vi];
     for (const TokenSlots& ts : patterns) {
       SCOPED_TRACE(describe(var) + (ts.in.empty() ? ", initial slot from num_accepted_tokens"
-                                                   : ", initial slot from state_indices"));
+                                                   : ", initial slot from state_indices") +
+                   (ts.out.empty() ? "" : ", final write slots"));
       const Problem pr = make_problem(var, B, T, slots, 7 + 1000 * vi);
       Outcome one;
       ASSERT_TRUE(run_token_slots(backend(), pr, ts, &one));
-      const OnBackend seq(pr, backend());
-      std::vector<int32_t> in(B), out(B);
-      for (int64_t t = 0; t < T; ++t) {
-        for (int64_t b = 0; b < B; ++b) {
-          // initial slot: state_indices[b], else token slot [b, n - 1]
-          const int32_t first = ts.in.empty() ? ts.tsi[size_t(b * T + ts.accepted[size_t(b)] - 1)] : ts.in[size_t(b)];
-          in[size_t(b)] = t == 0 ? first : ts.tsi[size_t(b * T + t - 1)];
-          out[size_t(b)] = ts.tsi[size_t(b * T + t)];
+      // T one-token calls; the last one writes final[b] when given, else token slot [b, T - 1]
+      auto chain = [&](const OnBackend& seq, const std::vector<int32_t>* final) -> ::testing::AssertionResult {
+        std::vector<int32_t> in(B), out(B);
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t b = 0; b < B; ++b) {
+            // initial slot: state_indices[b], else token slot [b, n - 1]
+            const int32_t first =
+                ts.in.empty() ? ts.tsi[size_t(b * T + ts.accepted[size_t(b)] - 1)] : ts.in[size_t(b)];
+            in[size_t(b)] = t == 0 ? first : ts.tsi[size_t(b * T + t - 1)];
+            out[size_t(b)] = final && t == T - 1 ? (*final)[size_t(b)] : ts.tsi[size_t(b * T + t)];
+          }
+          const DeviceBuffer din = indices(backend(), in), dout = indices(backend(), out);
+          gdn::DecodeParams s = seq.token_call(t);
+          s.index_dtype = IndexType::kI32;
+          s.state_indices = din.get();
+          s.state_out_indices = dout.get();
+          ::testing::AssertionResult r = ran(backend(), s);
+          if (!r) return r << " (token " << t << ")";
         }
-        const DeviceBuffer din = indices(backend(), in), dout = indices(backend(), out);
-        gdn::DecodeParams s = seq.token_call(t);
-        s.index_dtype = IndexType::kI32;
-        s.state_indices = din.get();
-        s.state_out_indices = dout.get();
-        ASSERT_TRUE(ran(backend(), s)) << "token " << t;
+        return ::testing::AssertionSuccess();
+      };
+      const OnBackend seq(pr, backend());
+      ASSERT_TRUE(chain(seq, nullptr));
+      Outcome chained = seq.outcome();
+      if (!ts.out.empty()) {
+        const OnBackend to_final(pr, backend());
+        ASSERT_TRUE(chain(to_final, &ts.out));
+        const Outcome fin = to_final.outcome();
+        const size_t sb = size_t(pr.slot_elems()) * gdn::dtype_size(var.sd);
+        const size_t cb = size_t(pr.conv_span()) * gdn::dtype_size(var.io);
+        for (const int32_t s : ts.out) {
+          if (s < 0) continue;
+          std::memcpy(chained.pool.data() + size_t(s) * sb, fin.pool.data() + size_t(s) * sb, sb);
+          if (var.W > 0) std::memcpy(chained.conv.data() + size_t(s) * cb, fin.conv.data() + size_t(s) * cb, cb);
+        }
       }
-      const Outcome chained = seq.outcome();
       EXPECT_TRUE(every_token_written(one.o, var.out));
       EXPECT_TRUE(bitwise(one.o, chained.o, "o", gdn::dtype_size(var.out)));
       EXPECT_TRUE(bitwise(one.pool, chained.pool, "pool", gdn::dtype_size(var.sd)));
@@ -620,7 +648,8 @@ TEST_P(MultiTokenTest, Refusals) {
   const std::vector<uint8_t> o0 = d.o.download();
   const DeviceBuffer tsi = indices(backend(), {0, 1, 2, 3}), idx = indices(backend(), {0, 1}),
                      accepted = indices(backend(), {1, 1}), dup = indices(backend(), {0, 1, 1, 2}),
-                     cu = indices(backend(), {0, 1, 2});
+                     cu = indices(backend(), {0, 1, 2}), own = indices(backend(), {0, 2}),
+                     final = indices(backend(), {3, -1});
   const DeviceBuffer inter(backend(), size_t(4 * pr.slot_elems()) * gdn::dtype_size(var.sd));
   const int64_t slot = pr.slot_elems();
   struct Case {
@@ -643,15 +672,6 @@ TEST_P(MultiTokenTest, Refusals) {
          p.total_tokens = 5;
        },
        "total_tokens", false},
-      {"token slots with write slots",
-       [&](gdn::DecodeParams& p) {
-         p.index_dtype = IndexType::kI32;
-         p.state_indices = idx.get();
-         p.state_out_indices = idx.get();
-         p.token_state_indices = tsi.get();
-         p.token_state_indices_stride = 2;
-       },
-       "state_out_indices", false},
       {"token slots with update_state = false",
        [&](gdn::DecodeParams& p) {
          p.index_dtype = IndexType::kI32;
@@ -710,6 +730,15 @@ TEST_P(MultiTokenTest, Refusals) {
          p.token_state_indices_stride = 2;
        },
        "token_state_indices", true},
+      {"a final write slot another row's token writes",
+       [&](gdn::DecodeParams& p) {
+         p.index_dtype = IndexType::kI32;
+         p.state_indices = own.get();
+         p.state_out_indices = final.get();
+         p.token_state_indices = tsi.get();
+         p.token_state_indices_stride = 2;
+       },
+       "both write slot 3", true},
   };
   for (const Case& c : cases) {
     if (c.host_only && backend() != gdn::Backend::kHost) continue;
@@ -752,6 +781,13 @@ TEST_P(MultiTokenTest, MatchesHostBackend) {
       const Problem pr = make_problem(var, 3, 4, 16, 7 + 1000 * vi);
       ASSERT_TRUE(run_token_slots(backend(), pr, ts, &got));
       ASSERT_TRUE(run_token_slots(host, pr, ts, &want));
+      expect_close_to_host(pr, got, want);
+    }
+    {
+      SCOPED_TRACE("per-token slots and final write slots, T=4");
+      const Problem pr = make_problem(var, 3, 4, 16, 13 + 1000 * vi);
+      ASSERT_TRUE(run_token_slots(backend(), pr, token_slot_patterns()[2], &got));
+      ASSERT_TRUE(run_token_slots(host, pr, token_slot_patterns()[2], &want));
       expect_close_to_host(pr, got, want);
     }
     {

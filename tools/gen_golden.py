@@ -403,7 +403,7 @@ def _check_multi_options(c):
     assert 1 <= T <= 16
     assert c["tweak"] is None and c["meta_style"] == "full" and not c["v2_defaults"]
     if c["token_state_indices"] is not None:
-        assert c["state_out_indices"] is None and not c["intermediate"] and c["update_state"]
+        assert not c["intermediate"] and c["update_state"]
         assert len(c["token_state_indices"]) == c["B"] and all(len(r) == T for r in c["token_state_indices"])
     if c["num_accepted_tokens"] is not None:
         assert c["token_state_indices"] is not None and c["state_indices"] is None

@@ -371,6 +371,16 @@ CASES_V3 = [
      dict(num_tokens=4, conv_width=4, conv_bias=False, norm=True, B=2, Hk=2, Hv=4, Dk=128, Dv=128,
           num_slots=1, index_dtype="I32", state_indices=[0, -1], layout="vk", dtype="BF16",
           state_dtype="BF16")),
+    ("mt_split_pool_token_slots_i32_bf16_vk", 3015,
+     "FlashInfer's split pool: per-token slots and the final state to a write slot besides, T=2, num_slots=9: "
+     "state_indices I32 [0, 1, -1, 2], token_state_indices [[3, 4], [5, -1], [7, 8], [-1, 9]], "
+     "state_out_indices [6, 1, 2, 12]: row 0 reads 0, writes 3, 4 and its final state to 6; row 1 reads 1, "
+     "writes 5 and its final state back to 1; row 2 is padding (slots 7, 8 and 2 untouched by it); row 3 "
+     "reads 2 and writes nothing: its 2nd token slot 9 and final slot 12 are out of range (reported); "
+     "invalid_indices=2; Hk=1 Hv=2, inputs BF16, state BF16, layout vk",
+     dict(num_tokens=2, B=4, Hk=1, Hv=2, num_slots=9, index_dtype="I32", state_indices=[0, 1, -1, 2],
+          token_state_indices=[[3, 4], [5, -1], [7, 8], [-1, 9]], state_out_indices=[6, 1, 2, 12],
+          layout="vk", dtype="BF16", state_dtype="BF16")),
 ]
 
 CASES = CASES + CASES_V2 + CASES_V3
@@ -490,7 +500,9 @@ def random_case_multi(rng):
         # every row gets T slots of its own (-1 here and there, now and then one out of range);
         # read through num_accepted_tokens (vLLM) or through state_indices from a slot nobody writes
         by_state_indices = rng.random() < 0.3
-        num_slots = B * T + (B if by_state_indices else 0) + int(rng.integers(0, 3))
+        # FlashInfer's split pool: the final state to a slot of its own besides
+        split = by_state_indices and rng.random() < 0.5
+        num_slots = B * T + (B if by_state_indices else 0) + (B if split else 0) + int(rng.integers(0, 3))
         free = [int(s) for s in rng.permutation(num_slots)]
         tsi, reads, accepted = [], [], []
         for r in range(B):
@@ -519,6 +531,8 @@ def random_case_multi(rng):
         o.update(num_slots=num_slots, index_dtype=pick(["I32", "I64"]), token_state_indices=tsi)
         if by_state_indices:
             o["state_indices"] = reads
+            if split:
+                o["state_out_indices"] = [free.pop() if rng.random() < 0.8 else -1 for _ in range(B)]
         else:
             o["num_accepted_tokens"] = accepted
     elif rng.random() < 0.7 or lens is not None:

@@ -247,9 +247,12 @@ def multi_token_plan(num_slots, T, row_tokens, state_indices=None, state_out_ind
         if plan["read"] is not None:  # a padding row writes nothing
             if token_state_indices is not None:
                 plan["token_slots"] = [in_pool(int(token_state_indices[b][t])) for t in range(len(toks))]
-            elif update_state and toks:
-                # a row without tokens has no state after its last token: nothing to write
-                plan["final"] = in_pool(int(state_out_indices[b]) if state_out_indices is not None else s)
+            # the final write: state_out_indices, else the read slot unless the token slots are
+            # the writes; a row without tokens has no state after its last token
+            if update_state and toks and state_out_indices is not None:
+                plan["final"] = in_pool(int(state_out_indices[b]))
+            elif update_state and toks and token_state_indices is None:
+                plan["final"] = in_pool(s)
         plans.append(plan)
     return plans
 
@@ -273,7 +276,7 @@ def count_invalid_multi(num_slots, T, row_tokens, state_indices=None, state_out_
                 bad += 1
             elif int(token_state_indices[b][n - 1]) >= num_slots and n - 1 >= tokens:
                 bad += 1  # an entry among the row's tokens was counted above
-        if token_state_indices is None and update_state and state_out_indices is not None:
+        if update_state and state_out_indices is not None:
             bad += int(state_out_indices[b]) >= num_slots
     return bad
 
@@ -416,7 +419,8 @@ def reference_multi_chained(q, k, v, a, b, A_log, dt_bias, state, state_dtype, l
                 new_state[dst] = one[0]
                 if conv is not None:
                     new_conv[dst] = one_conv[0]
-        if token_state_indices is None and update_state and len(row_tokens[row]) > 0:
+        if update_state and len(row_tokens[row]) > 0 and (state_out_indices is not None
+                                                           or token_state_indices is None):
             dst = int(state_out_indices[row]) if state_out_indices is not None else s
             if 0 <= dst < S_pool:
                 new_state[dst] = one[0]

@@ -72,9 +72,11 @@ RowPlan plan_row(const DecodeParams& p, int64_t b) {
   } else {
     r.s_in = b;
   }
-  if (tsi == nullptr && p.update_state) {
-    r.s_out = p.state_out_indices ? slot(read_index(p.state_out_indices, it, b)) : r.s_in;
-  }
+  // the final write: state_out_indices, else the read slot unless the token slots are the writes
+  if (p.update_state && p.state_out_indices != nullptr)
+    r.s_out = slot(read_index(p.state_out_indices, it, b));
+  else if (p.update_state && tsi == nullptr)
+    r.s_out = r.s_in;
   if (r.s_in < 0) r.s_out = -1;
   return r;
 }

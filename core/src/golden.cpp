@@ -70,7 +70,7 @@ int64_t count_invalid(const Case& c) {
       if (n < 1 || n > T) ++bad;
       else if (read_index(tsi, t, b * T + n - 1) >= S && n - 1 >= tokens) ++bad;
     }
-    if (!tsi && p.update_state && !c.state_out_indices.empty())
+    if (p.update_state && !c.state_out_indices.empty())
       bad += read_index(c.state_out_indices.data(), t, b) >= S;
   }
   return bad;

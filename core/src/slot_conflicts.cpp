@@ -54,6 +54,10 @@ RowSlots row_slots(const DecodeParams& p, int64_t b) {
       const int64_t s = in_pool(index_at(p.token_state_indices, it, b * p.token_state_indices_stride + t));
       if (s >= 0) r.writes.push_back(s);
     }
+    if (p.state_out_indices != nullptr) {  // the final state besides
+      const int64_t s = in_pool(index_at(p.state_out_indices, it, b));
+      if (s >= 0) r.writes.push_back(s);
+    }
   } else if (p.update_state) {
     if (p.state_out_indices != nullptr) {
       r.write_name = "state_out_indices";

@@ -299,8 +299,6 @@ Status check_pointers(const DecodeParams& p) {
   if (p.state_out_indices != nullptr && p.state_indices == nullptr)
     GDN_REFUSE("state_out_indices: given without state_indices (the write slot pairs a read slot)");
   if (p.token_state_indices != nullptr) {
-    if (p.state_out_indices != nullptr)
-      GDN_REFUSE("state_out_indices: given with token_state_indices (the per-token slots are the writes)");
     if (p.intermediate_states != nullptr)
       GDN_REFUSE("intermediate_states: given with token_state_indices (keep per-token states in one of them)");
     if (!p.update_state)

@@ -132,7 +132,9 @@ Several tokens a row (speculative decoding: T = 1 + drafts), in one call:
   to its write slot):
   token_state_indices  [B, T] int (more columns allowed, unused): the state (and conv
               state) after token t of row b to slot token_state_indices[b, t] (negative:
-              not stored), and nothing else; row b starts from state_indices[b] when given,
+              not stored), and the state after its last token to state_out_indices[b]
+              when given (FlashInfer's split pool), else nowhere else; row b starts from
+              state_indices[b] when given,
               else from slot token_state_indices[b, n - 1], n = num_accepted_tokens[b]
               (1 without it): vLLM's ssm_state_indices and num_accepted_tokens
   num_accepted_tokens  [B] int, with token_state_indices only

@@ -420,7 +420,8 @@ def mtp_reference(t, read, write=None, *, update=True, ssm=None, l2=True, scale=
             if ssm is not None and 0 <= int(ssm[n, tok]) < slots:
                 new_pool[int(ssm[n, tok])] = s
                 written.add(int(ssm[n, tok]))
-        if ssm is None and update and 0 <= writes[n] < slots:
+        # the final state: to the write slot, which with ssm must be given explicitly
+        if update and (ssm is None or write is not None) and 0 <= writes[n] < slots:
             new_pool[writes[n]] = s
             written.add(writes[n])
     return o, states, new_pool, sorted(written)
@@ -563,10 +564,12 @@ def test_mtp_pretranspose_per_batch_state(device, state_dtype, with_buffer, cont
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("state_dtype", STATE_DTYPES)
-def test_mtp_ssm_state_indices(device, state_dtype):
-    """ssm_state_indices [B, T]: token t's state to slot ssm_state_indices[n, t], nothing
-    else written (output_state_indices unused, as in FlashInfer); a padding row writes
-    none of its slots."""
+@pytest.mark.parametrize("split", [False, True])
+def test_mtp_ssm_state_indices(device, state_dtype, split):
+    """ssm_state_indices [B, T]: token t's state to slot ssm_state_indices[n, t]; with
+    output_state_indices (split), the last token's state also to output_state_indices[n]
+    (FlashInfer's split pool; a negative entry writes no final state), else nothing else
+    written (the read slots keep their state); a padding row writes none of its slots."""
     T = 4
     slots = 1 + B * (T + 2)
     t = mtp_inputs(device, T, state_dtype=state_dtype, slots=slots, seed=50)
@@ -575,16 +578,23 @@ def test_mtp_ssm_state_indices(device, state_dtype):
     read = perm[:B].clone()
     read[1] = -1
     ssm = perm[B:B + B * T].reshape(B, T).to(torch.int32)
-    ignored = perm[B + B * T:2 * B + B * T]
-    o_ref, s_ref, pool_ref, written = mtp_reference(t, read, ssm=ssm.cpu())
+    final = perm[B + B * T:2 * B + B * T].clone() if split else None
+    if split:
+        final[0] = -1
+    o_ref, s_ref, pool_ref, written = mtp_reference(t, read, final, ssm=ssm.cpu())
     assert not set(ssm[1].tolist()) & set(written)
+    assert set(read.tolist()).isdisjoint(written)
     pool = t["state"].clone()
     o, ret = fi.gated_delta_rule_mtp(
         t["q"], t["k"], t["v"], pool, read, t["A_log"], t["a"], t["dt_bias"], t["b"],
-        ssm_state_indices=ssm, disable_state_update=False, output_state_indices=ignored)
+        ssm_state_indices=ssm, disable_state_update=False, output_state_indices=final)
     assert ret is pool
     check_mtp(o, pool, t["state"], o_ref, pool_ref, written, read, out_dtype=t["q"].dtype)
     o_chain, _, pool_chain = chained_calls(t, read, ssm=ssm)
+    if split:  # the final slots hold what the chain left in each valid row's last token slot
+        for n in range(B):
+            if read[n] >= 0 and final[n] >= 0:
+                pool_chain[final[n]] = pool_chain[ssm[n, T - 1]]
     assert torch.equal(o, o_chain) and torch.equal(pool, pool_chain)
 
 

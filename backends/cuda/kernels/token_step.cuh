@@ -91,14 +91,13 @@ __device__ __forceinline__ TokenRow token_row(const DecodeParams& p, int64_t b) 
   } else {
     r.s_in = b;
   }
-  if (tsi == nullptr && p.update_state) {
-    if (p.state_out_indices != nullptr) {
-      const int64_t s = load_index(p.state_out_indices, it, b);
-      r.bad += unsigned(s >= N);
-      r.s_out = s >= N ? -1 : s;
-    } else {
-      r.s_out = r.s_in;
-    }
+  // the final write: state_out_indices, else the read slot unless the token slots are the writes
+  if (p.update_state && p.state_out_indices != nullptr) {
+    const int64_t s = load_index(p.state_out_indices, it, b);
+    r.bad += unsigned(s >= N);
+    r.s_out = s >= N ? -1 : s;
+  } else if (p.update_state && tsi == nullptr) {
+    r.s_out = r.s_in;
   }
   if (r.s_in < 0) r.s_out = -1;
   return r;

@@ -153,7 +153,9 @@ struct DecodeParams {
   // apart (vLLM's ssm_state_indices, FlashInfer's ssm_state_indices): the
   // state (and conv state) after token t of row b is written to slot
   // token_state_indices[b, t] (negative: not written; >= num_slots: not
-  // written, counted); no final write besides. The initial state is read from
+  // written, counted); besides, the state after the row's last token goes to
+  // slot state_out_indices[b] when that is given (FlashInfer's split pool;
+  // state_indices then required), else no final write. The initial state is read from
   // state_indices[b] when given, else from token_state_indices[b, n - 1] with
   // n = num_accepted_tokens[b] (1 when that is null; vLLM's rule); n outside
   // [1, T] is a caller bug (padding, counted).

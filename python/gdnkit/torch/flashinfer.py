@@ -69,14 +69,14 @@ output[n, t]. Where the states go:
   - disable_state_update=True: the pool is not written at all (bitwise unchanged),
     typically with intermediate_states_buffer keeping every token's state for rollback;
   - ssm_state_indices [B, T] (gated_delta_rule_mtp only; with neither of the two above):
-    the state after token t goes to pool slot ssm_state_indices[n, t] and nothing else
-    is written (the last token's slot holds the final state; output_state_indices is
-    not used, as in FlashInfer's earlier releases: its BF16 MTP kernel now also writes
-    the final state to output_state_indices[n] there, which gdnkit does not yet do).
+    the state after token t goes to pool slot ssm_state_indices[n, t]; the state after
+    the last token also goes to output_state_indices[n] when that is given (FlashInfer's
+    split pool), else nowhere else (slot initial_state_indices[n] keeps its state).
 It is one gdnkit call, whose multi-token modes are these: initial_state_indices and
 output_state_indices are its read and write slots, intermediate_states_buffer its
 intermediate_states (a [B, T] view of the buffer's first B * T blocks),
-disable_state_update its update_state=False, ssm_state_indices its token_state_indices.
+disable_state_update its update_state=False, ssm_state_indices its token_state_indices
+(with output_state_indices still the final write slot).
 The state is read once and kept across the row's tokens, rounded to its dtype after
 every token (a store and a reload) and each token's output computed from the unrounded
 state, so the result is bitwise that of T one-token calls chained through the pool on
@@ -296,9 +296,8 @@ def _tokens(who, *, q, k, v, a, b, A_log, dt_bias, pool, read, write, buffer, ss
     # the library reads every index array of a call in one dtype: read's
     if write is not None and read is not None and write.dtype != read.dtype:
         write = write.to(read.dtype)
-    if ssm is not None:  # the per-token slots are the writes: output_state_indices unused
+    if ssm is not None:  # the per-token slots, and the final state to `write` when given
         ssm = ssm.to(device=read.device, dtype=read.dtype).contiguous()
-        write = None
     state, write_back = _packed_slots(pool)
     o = _ops.decode_kw(
         q=_inner_contiguous(q), k=_inner_contiguous(k), v=_inner_contiguous(v), a=a, b=b,
