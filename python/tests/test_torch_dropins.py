@@ -323,12 +323,6 @@ def test_vllm_unsupported():
         vllm.fused_sigmoid_gating_delta_rule_update(*args, initial_state=t["state"], is_kda=True)
     with pytest.raises(NotImplementedError, match="threshold"):
         vllm.fused_sigmoid_gating_delta_rule_update(*args, threshold=5.0, initial_state=t["state"])
-    q2 = t["q"].reshape(1, 2, 1, 64).expand(2, 2, 1, 64)
-    # several tokens per sequence need one slot per token
-    with pytest.raises(NotImplementedError, match="ssm_state_indices"):
-        vllm.fused_sigmoid_gating_delta_rule_update(t["A_log"], t["a"], t["b"], t["dt_bias"], q2, q2,
-                                                   t["v"].reshape(1, 2, 2, 64).expand(2, 2, 2, 64),
-                                                   initial_state=t["state"])
 
 
 # ---- SGLang -------------------------------------------------------------------------------
@@ -658,6 +652,49 @@ def test_vllm_spec_decode_out_of_place(device, varlen, wrapper):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("table", ["none", "1-D"])
+@pytest.mark.parametrize("wrapper", ["sigmoid_gating", "recurrent"])
+def test_vllm_several_tokens_one_slot_a_sequence(device, table, wrapper):
+    """Dense [N, T] tokens in place with one slot a sequence (no table: slot n; a 1-D table
+    with a padding row): the state after the row's last token back to its slot, bitwise T
+    one-token calls in place; a padding row's outputs zero, and no other slot written."""
+    N, T, slots = 3, 4, 5
+    t = spec_inputs(device, N=N, T=T, slots=slots, seed=27)
+    idx = None if table == "none" else torch.tensor([4, -1, 1], dtype=torch.int32, device=device)
+    a, b = t["a"].reshape(N, T, -1), t["b"].reshape(N, T, -1)
+    A = -torch.exp(t["A_log"])
+    g = A * F.softplus(a + t["dt_bias"])
+    beta = torch.sigmoid(b)
+
+    def call(pool, x, j=None):
+        sl = slice(None) if j is None else slice(j, j + 1)
+        q, k, v = (t[n][:, sl] for n in ("q", "k", "v"))
+        if wrapper == "sigmoid_gating":
+            return vllm.fused_sigmoid_gating_delta_rule_update(
+                t["A_log"], a[:, sl], b[:, sl], t["dt_bias"], q, k, v, initial_state=pool,
+                ssm_state_indices=x, use_qk_l2norm_in_kernel=True)[0]
+        return vllm.fused_recurrent_gated_delta_rule(
+            q, k, v, g[:, sl], beta[:, sl], initial_state=pool, inplace_final_state=True,
+            ssm_state_indices=x, use_qk_l2norm_in_kernel=True)[0]
+
+    pool = t["state"].clone()
+    o = call(pool, idx)
+    assert o.shape == (N, T, 4, 64)
+    chained = t["state"].clone()
+    for j in range(T):
+        assert torch.equal(o[:, j:j + 1], call(chained, idx, j)), f"token {j}"
+    assert torch.equal(pool, chained)
+    if idx is not None:
+        assert not o[1].any(), "padding row"
+        kept = torch.tensor([0, 2, 3], device=device)  # slots no row reads
+        assert torch.equal(pool[kept], t["state"][kept])
+        assert not torch.equal(pool[4], t["state"][4]) and not torch.equal(pool[1], t["state"][1])
+    else:
+        assert torch.equal(pool[N:], t["state"][N:])
+        assert not torch.equal(pool[:N], t["state"][:N])
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_vllm_spec_decode_out_of_place_without_table(device):
     """Out of place without ssm_state_indices: row n starts from slot n (or from zeros
     without initial_state); bitwise one-token out-of-place calls chained by hand."""
@@ -868,11 +905,10 @@ def test_vllm_several_tokens_refused_nothing_written():
     t = spec_inputs("cpu", N=2, T=2, slots=6, seed=25)
     pool = t["state"].clone()
     args = (t["A_log"], t["a"], t["b"], t["dt_bias"], t["q"], t["k"], t["v"])
-    with pytest.raises(NotImplementedError, match="ssm_state_indices"):  # in place, no table
-        vllm.fused_sigmoid_gating_delta_rule_update(*args, initial_state=pool)
-    with pytest.raises(NotImplementedError, match="ssm_state_indices"):  # a 1-D table
+    with pytest.raises(NotImplementedError, match="num_accepted_tokens"):  # with a 1-D table
         vllm.fused_sigmoid_gating_delta_rule_update(
-            *args, initial_state=pool, ssm_state_indices=torch.tensor([0, 1], dtype=torch.int32))
+            *args, initial_state=pool, ssm_state_indices=torch.tensor([0, 1], dtype=torch.int32),
+            num_accepted_tokens=torch.tensor([1, 2], dtype=torch.int32))
     with pytest.raises(ValueError, match="does not fit ssm_state_indices"):
         vllm.fused_sigmoid_gating_delta_rule_update(
             *args, initial_state=pool, ssm_state_indices=torch.zeros(2, 1, dtype=torch.int32))

@@ -755,8 +755,10 @@ def test_mtp_refused():
         mtp(ssm_state_indices=ssm, disable_state_update=True)
     with pytest.raises(ValueError, match="ssm_state_indices must have shape"):
         mtp(ssm_state_indices=ssm[:, :1])
-    with pytest.raises(ValueError, match="ssm_state_indices must be int32 or int64"):
+    with pytest.raises(ValueError, match="ssm_state_indices must be int32"):
         mtp(ssm_state_indices=ssm.float())
+    with pytest.raises(AssertionError, match="ssm_state_indices must be int32"):  # as FlashInfer
+        mtp(ssm_state_indices=ssm.long())
     with pytest.raises(ValueError, match="T >= 2"):
         mtp(ssm_state_indices=ssm[:, :1], **{n: t[n][:, :1] for n in ("q", "k", "v", "a", "b")})
     with pytest.raises(ValueError, match="output shape"):

@@ -135,8 +135,7 @@ Deliberate differences from FlashInfer:
     intermediate_states_buffer and disable_state_update whatever the state dtype and
     head dims (FlashInfer: bfloat16 K = V = 128 only; its float32 path needs a pool and
     refuses the other two); an intermediate_states_buffer with more than B rows there
-    (FlashInfer's BF16 path wants exactly B); int64 ssm_state_indices (FlashInfer:
-    int32); a pool of any slot strides in gated_delta_rule_mtp; gated_delta_rule without
+    (FlashInfer's BF16 path wants exactly B); a pool of any slot strides in gated_delta_rule_mtp; gated_delta_rule without
     initial_state_indices (row n uses slot n, as FlashInfer releases before its
     pool-only kernels did). A pool whose per-slot blocks are not packed ([HV, V, K]
     dense) is stepped on a packed copy that is written back.
@@ -146,7 +145,7 @@ Deliberate differences from FlashInfer:
     on gated_delta_rule_decode and gated_delta_rule (FlashInfer's entries for one token
     a sequence), an intermediate_states_buffer of the wrong shape, dtype or layout,
     ssm_state_indices together with intermediate_states_buffer or
-    disable_state_update, or with T < 2. So do, beyond FlashInfer's checks, a and b
+    disable_state_update, with T < 2, or other than int32. So do, beyond FlashInfer's checks, a and b
     other than [B, T, HV] when T > 1 (FlashInfer's kernels index them as such).
 
 Not supported (NotImplementedError, naming the argument): scale=0 (gdnkit reads a zero
@@ -432,8 +431,8 @@ def gated_delta_rule_mtp(
         if tuple(ssm_state_indices.shape) != (B, T):
             raise ArgumentError(f"{who}: ssm_state_indices must have shape [B={B}, T={T}], got "
                              f"{tuple(ssm_state_indices.shape)}")
-        if ssm_state_indices.dtype not in (torch.int32, torch.int64):
-            raise ArgumentError(f"{who}: ssm_state_indices must be int32 or int64, got "
+        if ssm_state_indices.dtype != torch.int32:  # as FlashInfer asserts
+            raise ArgumentError(f"{who}: ssm_state_indices must be int32, got "
                              f"{ssm_state_indices.dtype}")
         if ssm_state_indices.device != q.device:
             raise ArgumentError(f"{who}: ssm_state_indices device {ssm_state_indices.device} != "

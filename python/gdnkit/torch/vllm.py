@@ -34,7 +34,10 @@ it, the packed tokens), at most 16. Sequence n's tokens run in order on its stat
     n starts from slot ssm_state_indices[n, num_accepted_tokens[n] - 1] (column 0 without
     num_accepted_tokens) and token t's state goes to slot ssm_state_indices[n, t] (a
     negative entry stores nothing). These are gdnkit's token_state_indices and
-    num_accepted_tokens, passed through unchanged.
+    num_accepted_tokens, passed through unchanged. With one slot a sequence (a 1-D table
+    ssm_state_indices [N] and dense q, or no table: slot n) the row reads that slot and
+    the state after its last token goes back to it (gdnkit's final-state mode); vLLM's
+    kernel there stores token t at entry n + t, into the next sequences' slots.
   - inplace_final_state=False: the pool is not written; final_state is a new tensor
     [total tokens, HV, ...] (dense: [N*T, ...]) holding the state after every token at
     that token's position, as vLLM's kernel writes it. The N initial states (from the
@@ -71,8 +74,8 @@ position out of place, and needs the table in place); num_accepted_tokens above 
 makes the sequence padding, as above; out of place with
 dense q and N > 1, final_state has N*T entries (vLLM allocates T and writes past them);
 entries of final_state for padding sequences are left uninitialized, as vLLM leaves them.
-Not supported (NotImplementedError): several tokens per sequence in place without 2-D
-ssm_state_indices, a 1-D table with several tokens of dense q, is_kda=True, per-channel beta,
+Not supported (NotImplementedError): num_accepted_tokens with a 1-D table, a 1-D table
+with packed rows of several tokens, is_kda=True, per-channel beta,
 retrieve_parent_token (EAGLE trees), softplus thresholds below 15. With one token per
 sequence (1-D ssm_state_indices, as many tokens as sequences) cu_seqlens must be [0, 1,
 ..., N]: anything else fails torch's asynchronous assert (at once on the CPU, at the
@@ -229,20 +232,25 @@ def _decode_tokens(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_s
     dev = q.device
     idx = ssm_state_indices
     one_per_row = idx is not None and idx.ndim == 1 and cu_seqlens is not None
+    # A 1-D table with dense q [N, T]: one slot a sequence, entry n, read and (in place)
+    # written once with the state after the row's last token. (vLLM's kernel stores token
+    # t of sequence n at entry n + t, the next sequences' slots.)
+    one_slot = idx is not None and idx.ndim == 1 and cu_seqlens is None
     if one_per_row:
         # A 1-D table with packed rows: one token a sequence, entry n its slot, q padded past
         # cu_seqlens[-1] (a padded decode batch). vLLM's kernel reads token t of sequence n
         # at entry n + t, the next sequence's: rows of several tokens are refused below.
         idx = idx.reshape(-1, 1)
-    elif idx is not None and idx.ndim != 2:
-        # vLLM reads slot i_t of a 1-D table as the next sequence's entry: not meaningful
+    elif idx is not None and idx.ndim != 2 and not one_slot:
         raise NotImplementedError(
-            f"{who}: several tokens per sequence need ssm_state_indices [N, T] (one slot per "
-            f"token)")
+            f"{who}: several tokens per sequence need ssm_state_indices [N] or [N, T]")
+    if one_slot and num_accepted_tokens is not None:
+        # vLLM would read entry n + num_accepted_tokens[n] - 1, another sequence's
+        raise NotImplementedError(f"{who}: num_accepted_tokens needs ssm_state_indices [N, T]")
     if cu_seqlens is None:
         N, T = k.shape[0], k.shape[1]
         total = N * T
-        if idx is not None and (idx.shape[0] != N or idx.shape[1] < T):
+        if idx is not None and (idx.shape[0] != N or (idx.ndim == 2 and idx.shape[1] < T)):
             raise ValueError(f"{who}: q [B, T] = [{N}, {T}] does not fit ssm_state_indices "
                              f"{tuple(idx.shape)}")
     else:
@@ -284,10 +292,15 @@ def _decode_tokens(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_s
         if initial_state is None:
             raise ValueError(f"{who}: inplace_final_state=True needs initial_state (the state "
                              f"pool)")
-        if idx is None:
-            raise NotImplementedError(
-                f"{who}: several tokens per sequence in place need ssm_state_indices [N, T] "
-                f"(one slot per token)")
+        if idx is None or one_slot:
+            # One slot a sequence (slot n without a table): the state after the row's last
+            # token to it, or to ssm_state_indices_output[n] (a double-buffered pool)
+            write = None if out_table is None else _padding(out_table.to(idx.dtype), null_block_id)
+            o = _ops.decode_kw(
+                **step, state=initial_state, state_indices=idx, state_out_indices=write,
+                cu_seqlens=None if cu_seqlens is None else
+                cu_seqlens.to(torch.int64 if idx is None else idx.dtype))
+            return full(o), initial_state
         if out_table is not None:
             # Dual index: read slot idx[n, num_accepted[n] - 1] (column 0 without it), token
             # t's state to out_table[n, t]: gdnkit's state_indices and token_state_indices.
@@ -323,7 +336,8 @@ def _decode_tokens(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_s
         read = rows + total
     else:
         # (num_accepted_tokens in [1, T], as in place)
-        src = rows if idx is None else _initial_slots(idx, num_accepted_tokens, T)
+        src = rows if idx is None else idx.to(torch.int64) if one_slot \
+            else _initial_slots(idx, num_accepted_tokens, T)
         live = (src >= 0) & (src < initial_state.shape[0])
         pool[total:] = initial_state.index_select(0, torch.where(live, src, 0))
         read = torch.where(live, rows + total, -1)
