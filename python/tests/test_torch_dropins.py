@@ -689,6 +689,12 @@ def test_vllm_several_tokens_one_slot_a_sequence(device, table, wrapper):
         kept = torch.tensor([0, 2, 3], device=device)  # slots no row reads
         assert torch.equal(pool[kept], t["state"][kept])
         assert not torch.equal(pool[4], t["state"][4]) and not torch.equal(pool[1], t["state"][1])
+        if wrapper == "sigmoid_gating":  # out of place: every token's state at its position
+            o_new, final = vllm.fused_sigmoid_gating_delta_rule_update(
+                t["A_log"], a, b, t["dt_bias"], t["q"], t["k"], t["v"], initial_state=t["state"],
+                inplace_final_state=False, ssm_state_indices=idx, use_qk_l2norm_in_kernel=True)
+            assert torch.equal(o_new, o) and final.shape == (N * T, 4, 64, 64)
+            assert torch.equal(final[T - 1], pool[4]) and torch.equal(final[3 * T - 1], pool[1])
     else:
         assert torch.equal(pool[N:], t["state"][N:])
         assert not torch.equal(pool[:N], t["state"][:N])
