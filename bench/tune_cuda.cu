@@ -119,7 +119,8 @@ void print_plans() {
   int dev = 0;
   const gdn::gpu::DeviceInfo* info = gdn::cuda::current_device_info(&dev);
   if (info == nullptr) return;
-  std::printf("device %d: %d SMs, L2 %lld bytes, sm90 %d\n", dev, info->sms, (long long)info->l2_bytes, int(info->sm90));
+  std::printf("device %d: %d SMs, L2 %lld bytes, DRAM %.3g B/s, sm90 %d\n", dev, info->sms, (long long)info->l2_bytes,
+              info->dram_bytes_per_s, int(info->sm90));
   for (gdn::DType t : {gdn::DType::kF32, gdn::DType::kBF16})
     for (Layout l : {Layout::kVK, Layout::kKV})
       for (bool pool : {false, true})

@@ -30,8 +30,17 @@ DeviceInfo h200() {
   d.sms = 132;
   d.l2_bytes = 60 << 20;
   d.sm90 = true;
+  d.dram_bytes_per_s = 4.8e12;
   d.config = gdn::gpu::BuildConfig{};
 #include "plan_h200_device.inc"
+  return d;
+}
+
+// An H100 SXM: the H200's SMs and occupancy, 50 MiB of L2, 3.35 TB/s of DRAM.
+DeviceInfo h100() {
+  DeviceInfo d = h200();
+  d.l2_bytes = 50 << 20;
+  d.dram_bytes_per_s = 3.35e12;
   return d;
 }
 
@@ -98,6 +107,39 @@ struct Row {
   gdn::DecodeParams p;
   const char* expected;  // describe_plan's line
 };
+
+// Where DRAM feeds each SM less (the H100), vk warps stream one item and kv
+// blocks one tile once the grid is several waves long (from B = 32 at the
+// Qwen3.5 shape); below that, and on the H200 at any B, the counts stay.
+TEST(Plan, LeanDramStreamsOneItemAWarpPastAFewWaves) {
+  struct Case {
+    int64_t B;
+    DType state;
+    Layout layout;
+    int h200_ipw, h100_ipw;
+  };
+  const Case cases[] = {
+      {8, DType::kF32, Layout::kVK, 2, 2},    {16, DType::kF32, Layout::kVK, 2, 2},
+      {32, DType::kF32, Layout::kVK, 2, 1},   {128, DType::kF32, Layout::kVK, 3, 1},
+      {512, DType::kF32, Layout::kVK, 3, 1},  {8, DType::kF32, Layout::kKV, 2, 2},
+      {512, DType::kF32, Layout::kKV, 1, 1},  {16, DType::kBF16, Layout::kVK, 2, 2},
+      {32, DType::kBF16, Layout::kVK, 2, 1},  {512, DType::kBF16, Layout::kVK, 2, 1},
+      {16, DType::kBF16, Layout::kKV, 2, 2},  {32, DType::kBF16, Layout::kKV, 2, 1},
+      {512, DType::kBF16, Layout::kKV, 2, 1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(gdn::to_string(c.state)) + " " + gdn::to_string(c.layout) + " B=" + std::to_string(c.B));
+    const Plan on_h200 = gdn::gpu::plan_launch(call(c.B, c.state, c.layout), h200());
+    const Plan on_h100 = gdn::gpu::plan_launch(call(c.B, c.state, c.layout), h100());
+    EXPECT_EQ(on_h200.items_per_warp, c.h200_ipw) << describe(on_h200);
+    EXPECT_EQ(on_h100.items_per_warp, c.h100_ipw) << describe(on_h100);
+    EXPECT_EQ(on_h100.kernel, on_h200.kernel);
+  }
+  // bandwidth unknown (0): the H200's counts
+  DeviceInfo unknown = h100();
+  unknown.dram_bytes_per_s = 0;
+  EXPECT_EQ(gdn::gpu::plan_launch(call(512, DType::kF32, Layout::kVK), unknown).items_per_warp, 3);
+}
 
 TEST(Plan, NamesTheKernelInstantiation) {
   const DeviceInfo dev = h200();

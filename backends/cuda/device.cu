@@ -113,6 +113,11 @@ gpu::DeviceInfo init_device(int dev) {
   // (unread: 108 SMs and no L2 policies that depend on its size)
   info.sms = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0 ? sms : 108;
   info.l2_bytes = cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) == cudaSuccess ? l2 : 0;
+  int mem_khz = 0, bus_bits = 0;
+  if (cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev) == cudaSuccess)
+    // double data rate: two transfers of the bus a memory clock
+    info.dram_bytes_per_s = 2.0 * double(mem_khz) * 1e3 * double(bus_bits) / 8.0;
   (void)cudaGetLastError();
   info.sm90 = sm90_capable(dev);
   // The tables hold 1 where a kernel is missing (never planned for).

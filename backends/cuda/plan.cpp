@@ -48,6 +48,13 @@ struct Ctx {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// DRAM bandwidth an SM below which one item a warp (kv: one tile a block)
+// streams as fast as more once the grid is several waves long: the H100 (25
+// GB/s an SM) ran 1 item 1.6-2.8% faster from B = 32, the H200 (37) ran 2-3
+// faster.                                            docs/decisions.md#vk-items-per-warp
+constexpr double kLeanDramPerSm = 30e9;
+bool lean_dram(const DeviceInfo& d) { return d.dram_bytes_per_s > 0 && d.dram_bytes_per_s < kLeanDramPerSm * d.sms; }
+
 // Whether the vk kernel's q and k rows can move as vector words (RawRun):
 // pointers and strides in 16-byte steps.                  docs/decisions.md#raw-loads
 bool qk_rows_aligned(const DecodeParams& p) {
@@ -209,6 +216,7 @@ void plan_kv_step(const Ctx& c, bool within_2l2, Geom& g) {
   // docs/decisions.md#kv-tiles-per-block
   int64_t n = ceil_div(items, slots);
   if (c.bytes == 4 && n > 2) n = 1;
+  if (lean_dram(c.dev) && items >= int64_t(2) * slots) n = 1;
   g.l2_hints = within_2l2 ? traits::step_l2_hints(c.bytes, c.layout, c.dk, c.tile) : 0;
   g.warps_per_block = c.tile;
   g.items_per_warp = int(n < 1 ? 1 : n > cap ? cap : n);
@@ -251,6 +259,7 @@ void plan_vk_step(const Ctx& c, bool within_2l2, bool allow_wave, Geom& g) {
   int ipw = items <= slots || cap < 2 ? 1 : 2;
   while (ipw * 2 <= cap && items >= int64_t(4) * (ipw * 2) * slots) ipw *= 2;
   if (ipw == 2 && cap >= 3 && items >= int64_t(16) * slots) ipw = 3;
+  if (lean_dram(c.dev) && items >= int64_t(4) * slots) ipw = 1;
   const int warps_per_head = int(ceil_div(g.items_per_head, ipw));
   // The largest power-of-two block up to 8 warps the head's warps fill, then
   // halved: in one wave while blocks are fewer than SMs or the busiest SM

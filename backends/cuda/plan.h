@@ -39,6 +39,8 @@ constexpr int kNumKernels = 6;
 struct DeviceInfo {
   int sms{0};
   int64_t l2_bytes{0};
+  // Peak DRAM bandwidth (2 x memory clock x bus width); 0 when unknown.
+  double dram_bytes_per_s{0.0};
   // Programmatic launch and clusters: an sm_90+ GPU running kernels built
   // from sm_90 code (not the compute_80 PTX JIT, not HIP).
   bool sm90{false};
