@@ -48,10 +48,10 @@ struct Ctx {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// DRAM bandwidth an SM below which one item a warp (kv: one tile a block)
-// streams as fast as more once the grid is several waves long: the H100 (25
-// GB/s an SM) ran 1 item 1.6-2.8% faster from B = 32, the H200 (37) ran 2-3
-// faster.                                            docs/decisions.md#vk-items-per-warp
+// DRAM bandwidth an SM under which vk warps stream one item (kv blocks one
+// tile) once the grid is a few waves long: on the H100 (25 GB/s an SM) that
+// was 1.6-2.8% faster from B = 32; on the H200 (37) 2-3 items were faster.
+//                                                    docs/decisions.md#vk-items-per-warp
 constexpr double kLeanDramPerSm = 30e9;
 bool lean_dram(const DeviceInfo& d) { return d.dram_bytes_per_s > 0 && d.dram_bytes_per_s < kLeanDramPerSm * d.sms; }
 
