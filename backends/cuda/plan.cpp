@@ -48,10 +48,10 @@ struct Ctx {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// DRAM bandwidth an SM under which vk warps stream one item (kv blocks one
-// tile) once the grid is a few waves long: on the H100 (25 GB/s an SM) that
-// was 1.6-2.8% faster from B = 32; on the H200 (37) 2-3 items were faster.
-//                                                    docs/decisions.md#vk-items-per-warp
+// DRAM bandwidth an SM under which fp32 vk warps stream one item (kv blocks
+// one tile) once the grid is a few waves long: on the H100 (25 GB/s an SM)
+// 1.4-2.7% faster from B = 32 (16-bit vk: 1-3% slower); on the H200 (37) 2-3
+// items were faster.                                 docs/decisions.md#vk-items-per-warp
 constexpr double kLeanDramPerSm = 30e9;
 bool lean_dram(const DeviceInfo& d) { return d.dram_bytes_per_s > 0 && d.dram_bytes_per_s < kLeanDramPerSm * d.sms; }
 
@@ -259,7 +259,7 @@ void plan_vk_step(const Ctx& c, bool within_2l2, bool allow_wave, Geom& g) {
   int ipw = items <= slots || cap < 2 ? 1 : 2;
   while (ipw * 2 <= cap && items >= int64_t(4) * (ipw * 2) * slots) ipw *= 2;
   if (ipw == 2 && cap >= 3 && items >= int64_t(16) * slots) ipw = 3;
-  if (lean_dram(c.dev) && items >= int64_t(4) * slots) ipw = 1;
+  if (lean_dram(c.dev) && c.bytes == 4 && items >= int64_t(4) * slots) ipw = 1;
   const int warps_per_head = int(ceil_div(g.items_per_head, ipw));
   // The largest power-of-two block up to 8 warps the head's warps fill, then
   // halved: in one wave while blocks are fewer than SMs or the busiest SM
