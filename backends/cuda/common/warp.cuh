@@ -51,6 +51,19 @@ __device__ __forceinline__ float warp_shfl_xor(float x, int off) { return __shfl
 __device__ __forceinline__ float warp_shfl(float x, int src) { return __shfl_sync(0xffffffffu, x, src); }
 #endif
 
+// Every lane's shared-memory accesses before it are seen by the warp's lanes
+// after it, where lanes read what others of their warp write (all lanes reach
+// it). A 64-lane logical warp on NVIDIA is two physical warps: their named
+// barrier, as exchange_lanes meets. AMD: a wavefront issues its LDS accesses in
+// order, so nothing.
+__device__ __forceinline__ void warp_sync() {
+#if GDN_WARP_SIZE > GDN_PHYSICAL_WARP
+  asm volatile("bar.sync %0, %1;" ::"r"(1 + threadIdx.x / kWarp), "r"(kWarp) : "memory");
+#elif !defined(GDN_AMD)
+  __syncwarp();
+#endif
+}
+
 // ---- fixed butterflies --------------------------------------------------------
 // Sums over the `kSpan` lanes that differ only in bits [kLow, kLow * kSpan) run
 // as fixed butterflies: one order, whatever the launch. reduce_scatter sums kC

@@ -469,7 +469,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     }
     constexpr int kSpan = kVK ? VkT::kLanesPerCol : kWarp;
     const float kq = l2_normalize<1, kSpan>(p, lane, qh, kh);
-    issue_order_fence();  // (vk: the lanes of every column group read before any writes)
+    warp_sync();  // (vk: the lanes of every column group read before any writes)
     if (!kVK || step_col == 0) {
 #pragma unroll
       for (int n = 0; n < kN; ++n) {
