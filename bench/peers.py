@@ -35,6 +35,11 @@ Timed in one process, µs a call:
   v-head), the whole K in it, 4 warps. Both layouts (vLLM's pool is vk). One token a row
   also out of place ("out of place": the new state to slot s + B), the traffic of
   ExecuTorch's out-of-place kernel, which returns a new state tensor.
+- peer_triton_executorch, written here in the form of ExecuTorch's fused_deltanet_decode
+  (T = 1): a program per (row x v-head, BLOCK_V columns) of a dense kv state [B, Hv, K, V],
+  the whole K in registers, one pass; q and k over max(|x|, 1e-6); the output (in the
+  state's dtype) and the new state to new tensors ("ExecuTorch-style kv (new)"). Its tile
+  configurations are tuned at every batch size (ExecuTorch tunes once per head shape).
 
 Protocol (as bench/bench_common.cuh): every call sits in a CUDA graph of max(sets, 20) calls
 rotating over sets (inputs and state pool) whose states total >= 128 MiB (> 2x an H100/H200
@@ -182,6 +187,66 @@ def peer_triton_sigmoid_gating(q, k, v, a, b, A_log, dt_bias, pool, indices, o, 
     return o
 
 
+@triton.jit
+def _peer_executorch_kernel(q, k, v, a, b, A_log, dt_bias, s_in, s_out, o, scale, B,
+                            H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                            BLOCK_V: tl.constexpr):
+    # ExecuTorch's form: a program per (row x v-head, BLOCK_V columns) of a dense kv state,
+    # the whole K in registers (one pass), the new state to another tensor. (B: the tuning key.)
+    rh = tl.program_id(0).to(tl.int64)
+    row, hv = rh // HV, rh % HV
+    hk = hv // (HV // H)
+    cols = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
+    live = cols < V
+    rows = tl.arange(0, K)
+    # decay = exp(-exp(A_log) softplus(a + dt_bias)), beta = sigmoid(b); softplus linear past 20
+    x = tl.load(a + rh).to(tl.float32) + tl.load(dt_bias + hv)
+    decay = tl.exp(-tl.exp(tl.load(A_log + hv)) * tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(x))))
+    beta = tl.sigmoid(tl.load(b + rh).to(tl.float32))
+    # q and k over max(|x|, eps), q scaled
+    kr = tl.load(k + (row * H + hk) * K + rows).to(tl.float32)
+    qr = tl.load(q + (row * H + hk) * K + rows).to(tl.float32)
+    kh = kr / tl.maximum(tl.sqrt(tl.sum(kr * kr)), 1e-6)
+    qh = qr * (scale / tl.maximum(tl.sqrt(tl.sum(qr * qr)), 1e-6))
+    tile = rh * K * V + rows[:, None] * V + cols[None, :]
+    S = tl.load(s_in + tile, mask=live[None, :], other=0.0).to(tl.float32) * decay
+    # delta = beta (v - S^T k_hat) from the decayed state; S' = S + k_hat delta^T; o = S'^T q_hat
+    delta = beta * (tl.load(v + rh * V + cols, mask=live, other=0.0).to(tl.float32) - tl.sum(S * kh[:, None], 0))
+    S = S + kh[:, None] * delta[None, :]
+    tl.store(o + rh * V + cols, tl.sum(S * qh[:, None], 0).to(o.dtype.element_ty), mask=live)
+    tl.store(s_out + tile, S.to(s_out.dtype.element_ty), mask=live[None, :])
+
+
+# Its tile configurations (BLOCK_V 32-128, 2-8 warps, no pipelining), tuned at each batch
+# size here where ExecuTorch tunes once per head shape: the peer at its best at every B.
+# The interpreter (CPU self-test) runs one configuration.
+_EXECUTORCH_CONFIGS = [triton.Config({"BLOCK_V": bv}, num_warps=w, num_stages=1)
+                       for bv, w in ((32, 2), (32, 4), (64, 2), (64, 4), (128, 4), (128, 8))]
+if os.environ.get("TRITON_INTERPRET") == "1":
+    _peer_executorch = None
+else:
+    _peer_executorch = triton.autotune(configs=_EXECUTORCH_CONFIGS, key=["B", "K", "V"])(_peer_executorch_kernel)
+
+
+def peer_triton_executorch(q, k, v, a, b, A_log, dt_bias, state, scale=None):
+    """ExecuTorch-style out-of-place step (T = 1): q, k [B, 1, H, K], v [B, 1, HV, V], a, b
+    [B, 1, HV]; state [B, HV, K, V] dense, read only. Returns (o [B, HV, V] in the state's
+    dtype, new state [B, HV, K, V]), both new tensors, as ExecuTorch's op does."""
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    assert T == 1 and state.is_contiguous() and state.shape == (B, HV, K, V)
+    new_state = torch.empty_like(state)
+    o = torch.empty(B, HV, V, dtype=state.dtype, device=state.device)
+    scale = K ** -0.5 if scale is None else scale
+    args = (q, k, v, a, b, A_log, dt_bias, state, new_state, o, scale, B)
+    if _peer_executorch is None:
+        _peer_executorch_kernel[(B * HV, triton.cdiv(V, 32))](*args, H=H, HV=HV, K=K, V=V, BLOCK_V=32,
+                                                               num_warps=4)
+    else:
+        _peer_executorch[lambda m: (B * HV, triton.cdiv(V, m["BLOCK_V"]))](*args, H=H, HV=HV, K=K, V=V)
+    return o, new_state
+
+
 def stream(src, dst, block, warps):
     n = src.numel()
     _stream_kernel[(triton.cdiv(n, block),)](src, dst, n, BLOCK=block, EVEN=n % block == 0,
@@ -279,8 +344,13 @@ def peer_impls(multi):
         return (f"peer triton {layout}{label}", mode, layout, run)
     if multi:
         return [make("kv", "inter"), make("vk", "inter")]
-    # in place (vLLM, SGLang) and out of place (ExecuTorch's pattern: the new state elsewhere)
-    return [make(layout, mode) for mode in ("inplace", "2slot") for layout in ("kv", "vk")]
+
+    def executorch(s):
+        return peer_triton_executorch(s["q"], s["k"], s["v"], s["a"], s["b"], s["A_log"],
+                                      s["dt_bias"], pool_view(s, "kv")[:s["B"]])
+    # in place (vLLM, SGLang) and out of place (the new state elsewhere), then ExecuTorch's form
+    return ([make(layout, mode) for mode in ("inplace", "2slot") for layout in ("kv", "vk")]
+            + [("ExecuTorch-style kv (new)", "new", "kv", executorch)])
 
 
 def all_impls(gt, fla_fn, multi, dense):
@@ -295,7 +365,7 @@ def outputs_and_states(impl, s, ret):
     (the final state)."""
     _, mode, layout, _ = impl
     B, T, sh = s["B"], s["T"], s["shape"]
-    if mode == "fla":
+    if mode in ("fla", "new"):  # (o, the new state [B, Hv, K, V]) in new tensors
         o, st = ret[0], ret[1][:, None]
     else:
         o = ret
@@ -720,7 +790,9 @@ def main():
             "to its own slot (token_state_indices [B, T]); FLA writes its final state (fp32) to a "
             "new tensor; peer triton: peer_triton_sigmoid_gating (vLLM/SGLang semantics, written "
             "here), in place, or out of place (the new state to slot s + B: the traffic of "
-            "ExecuTorch's out-of-place kernel). Floors: see bench/peers.py's docstring.", "", "Checks:", ""]
+            "ExecuTorch's out-of-place kernel); ExecuTorch-style: peer_triton_executorch (the form "
+            "of ExecuTorch's fused_deltanet_decode, written here; dense kv state, output and new "
+            "state to new tensors). Floors: see bench/peers.py's docstring.", "", "Checks:", ""]
     out += ["    " + line for line in check_lines]
     text = "\n".join(out) + "\n"
     print(text)
