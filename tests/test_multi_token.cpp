@@ -664,6 +664,22 @@ TEST_P(MultiTokenTest, Refusals) {
   const std::vector<Case> cases = {
       {"T = 0", [](gdn::DecodeParams& p) { p.num_tokens = 0; }, "num_tokens", false},
       {"T over the limit", [](gdn::DecodeParams& p) { p.num_tokens = gdn::kMaxTokens + 1; }, "num_tokens", false},
+      {"per-channel beta with raw gates", [&](gdn::DecodeParams& p) { p.b_head_stride = var.Dv; }, "b_head_stride",
+       false},
+      {"negative b_head_stride",
+       [](gdn::DecodeParams& p) {
+         p.gate = gdn::Gate::kPrecomputed;
+         p.b_head_stride = -1;
+       },
+       "b_head_stride", false},
+      {"per-channel beta heads closer than Dv",
+       [&](gdn::DecodeParams& p) {
+         p.gate = gdn::Gate::kPrecomputed;
+         p.b_head_stride = var.Dv - 1;
+         p.b_token_stride = int64_t(var.Hv) * var.Dv;
+         p.b_batch_stride = 2 * p.b_token_stride;
+       },
+       "b: head stride", false},
       {"total_tokens without cu_seqlens", [](gdn::DecodeParams& p) { p.total_tokens = 2; }, "total_tokens", false},
       {"total_tokens over B*T",
        [&](gdn::DecodeParams& p) {
@@ -761,6 +777,86 @@ TEST_P(MultiTokenTest, Refusals) {
 // reference: outputs, pools and intermediate states within the bounds of the
 // other shared suites, conv windows and the counter exact. On the host this
 // would compare the host with itself.
+// Per-channel beta (precomputed gates, b [B, T, Hv, Dv]): each column of the
+// delta rule evolves on its own, so a call with beta1 on even columns and
+// beta2 on odd ones leaves in column j, bitwise, what a call with beta1 (j
+// even) or beta2 (j odd) on every column leaves there: o (the norm off; it
+// mixes the columns) and every state element of the column. And every column
+// at one head's beta equals the one-beta-a-head call, bitwise (T > 1: the
+// same kernels). T = 1 (vLLM's and FLA's decode call) and 4; slot b for row b.
+TEST_P(MultiTokenTest, PerChannelBetaIsEachColumnsOwn) {
+  for (size_t vi = 0; vi < std::size(kVariants); ++vi) {
+    const Variant& var = kVariants[vi];
+    for (int64_t T : {1, 4}) {
+      SCOPED_TRACE(describe(var) + ", T=" + std::to_string(T));
+      const int64_t B = 3, heads = B * T * var.Hv, Dv = var.Dv;
+      const Problem pr = make_problem(var, B, T, B, 300 + uint64_t(T) + 1000 * vi);
+      // g (log space) in [-1.5, -0.01], beta in [0.05, 0.95], in the inputs' dtype
+      std::mt19937_64 rng(77 + vi);
+      std::uniform_real_distribution<double> u01(0.0, 1.0);
+      const size_t e = gdn::dtype_size(var.io);
+      std::vector<uint8_t> g(size_t(heads) * e), beta[2], spread[2], mixed_beta(size_t(heads * Dv) * e);
+      for (int c : {0, 1}) {
+        beta[c].resize(size_t(heads) * e);
+        spread[c].resize(size_t(heads * Dv) * e);
+      }
+      for (int64_t i = 0; i < heads; ++i) {
+        gdn::store_element(g.data(), var.io, i, -0.01 - 1.49 * u01(rng));
+        for (int c : {0, 1}) gdn::store_element(beta[c].data(), var.io, i, 0.05 + 0.9 * u01(rng));
+        for (int64_t j = 0; j < Dv; ++j) {
+          for (int c : {0, 1})
+            gdn::store_element(spread[c].data(), var.io, i * Dv + j, gdn::load_element(beta[c].data(), var.io, i));
+          gdn::store_element(mixed_beta.data(), var.io, i * Dv + j, gdn::load_element(beta[j % 2].data(), var.io, i));
+        }
+      }
+      auto run = [&](const std::vector<uint8_t>& b, bool per_channel, Outcome* out) {
+        const OnBackend d(pr, backend());
+        const DeviceBuffer gd(backend(), g), bd(backend(), b);
+        gdn::DecodeParams p = d.params();
+        p.gate = gdn::Gate::kPrecomputed;
+        p.a = gd.get();
+        p.b = bd.get();
+        if (per_channel) {
+          p.b_head_stride = Dv;
+          p.b_token_stride = int64_t(var.Hv) * Dv;
+          p.b_batch_stride = T * p.b_token_stride;
+        }
+        ::testing::AssertionResult r = ran(backend(), p);
+        if (r) *out = d.outcome();
+        return r;
+      };
+      Outcome mixed, one[2];
+      ASSERT_TRUE(run(mixed_beta, true, &mixed));
+      for (int c : {0, 1}) ASSERT_TRUE(run(spread[c], true, &one[c]));
+      EXPECT_NE(one[0].pool, one[1].pool) << "the two betas must move the state differently";
+      // column j of o and of every state matrix against the call of its beta
+      const size_t oe = gdn::dtype_size(var.out), se = gdn::dtype_size(var.sd);
+      auto same = [](const std::vector<uint8_t>& x, const std::vector<uint8_t>& y, size_t at, size_t n) {
+        return std::memcmp(x.data() + at * n, y.data() + at * n, n) == 0;
+      };
+      int64_t o_bad = 0, s_bad = 0;
+      if (!var.norm)
+        for (int64_t r = 0; r < heads; ++r)
+          for (int64_t j = 0; j < Dv; ++j) o_bad += !same(mixed.o, one[j % 2].o, size_t(r * Dv + j), oe);
+      for (int64_t m = 0; m < B * var.Hv; ++m)
+        for (int64_t i = 0; i < var.Dk; ++i)
+          for (int64_t j = 0; j < Dv; ++j) {
+            const int64_t at = var.layout == Layout::kKV ? (m * var.Dk + i) * Dv + j : (m * Dv + j) * var.Dk + i;
+            s_bad += !same(mixed.pool, one[j % 2].pool, size_t(at), se);
+          }
+      EXPECT_EQ(o_bad, 0) << "output elements unlike their column's one-beta call";
+      EXPECT_EQ(s_bad, 0) << "state elements unlike their column's one-beta call";
+      EXPECT_TRUE(bitwise(mixed.conv, one[0].conv, "conv pool", e));
+      if (T > 1) {
+        Outcome head;
+        ASSERT_TRUE(run(beta[0], false, &head));
+        EXPECT_TRUE(bitwise(one[0].o, head.o, "o, every column at the head's beta", oe));
+        EXPECT_TRUE(bitwise(one[0].pool, head.pool, "pool, every column at the head's beta", se));
+      }
+    }
+  }
+}
+
 TEST_P(MultiTokenTest, MatchesHostBackend) {
   if (backend() == gdn::Backend::kHost) GTEST_SKIP() << "the host backend is the reference";
   const gdn::Backend host = gdn::Backend::kHost;

@@ -155,7 +155,8 @@ def _draw_inputs(c, rng, num_slots):
         extreme.flat[0] = True
         g[extreme] = rng.uniform(-20.0, -8.0, int(extreme.sum()))
         x["a"] = g
-        x["b"] = rng.uniform(0.0, 1.0, (B, Hv))
+        # beta per column when asked (b (B, Hv, Dv)), else per head
+        x["b"] = rng.uniform(0.0, 1.0, (B, Hv, Dv) if c["beta_per_channel"] else (B, Hv))
     shape_state = (num_slots, Hv, Dk, Dv) if c["layout"] == "kv" else (num_slots, Hv, Dv, Dk)
     x["state"] = rng.normal(0.0, 0.5, shape_state)  # random and non-zero everywhere, unused slots too
     if c["tweak"]:
@@ -290,7 +291,8 @@ def _file_tensors(c, stored, o, new_state, new_conv_state, shape_state, num_slot
         t["v"] = (dt, v_shape, stored["v"].reshape(v_shape))
     ab_shape = (B, 1, Hv) if ms == "aliases_unsqueezed" else (B, Hv)
     t["a"] = (dt, ab_shape, stored["a"].reshape(ab_shape))
-    t["b"] = (dt, ab_shape, stored["b"].reshape(ab_shape))
+    b_shape = ab_shape + ((Dv,) if c["beta_per_channel"] else ())
+    t["b"] = (dt, b_shape, stored["b"].reshape(b_shape))
     if c["gate"] == "raw":
         t["A_log"] = ("F32", (Hv,), stored["A_log"])
         t["dt_bias"] = ("F32", (Hv,), stored["dt_bias"])
@@ -365,6 +367,7 @@ def build_case(opts, seed):
     c.update(opts)
     if c["num_tokens"] is not None:
         return build_case_multi(c, seed)
+    assert not c["beta_per_channel"], "per-channel beta is a format version 3 case (num_tokens)"
     rng = np.random.default_rng(seed)
     B, Hk, Hv, Dk = c["B"], c["Hk"], c["Hv"], c["Dk"]
     assert Hv % Hk == 0
@@ -411,6 +414,8 @@ def _check_multi_options(c):
         assert c["state_indices"] is not None
     if c["intermediate_conv"]:
         assert c["conv_width"] > 0
+    if c["beta_per_channel"]:
+        assert c["gate"] == "precomputed"
     names = ("state_indices", "state_out_indices", "token_state_indices", "num_accepted_tokens", "cu_seqlens")
     assert (c["index_dtype"] is not None) == any(c[n] is not None for n in names)
 

@@ -47,6 +47,7 @@ DEFAULTS = dict(
     update_state=True,      # False: neither pool is written (FlashInfer's disable_state_update)
     intermediate=False,     # write expected_intermediate_states (every token's state, a dense buffer)
     intermediate_conv=False,  # write expected_intermediate_conv_states (every token's conv window)
+    beta_per_channel=False,  # (gate precomputed) b holds one beta a column: (B, T, Hv, Dv)
 )
 
 
@@ -381,6 +382,17 @@ CASES_V3 = [
      dict(num_tokens=2, B=4, Hk=1, Hv=2, num_slots=9, index_dtype="I32", state_indices=[0, 1, -1, 2],
           token_state_indices=[[3, 4], [5, -1], [7, 8], [-1, 9]], state_out_indices=[6, 1, 2, 12],
           layout="vk", dtype="BF16", state_dtype="BF16")),
+    ("mt_beta_per_channel_t1_i32_bf16_kv", 3016,
+     "per-channel beta (gate precomputed: b [B, T, Hv, Dv] holds one beta a column, U(0, 1)), T=1 (the "
+     "engines' decode call), state_indices I32 [2, -1, 0] in place into a pool of 3 (row 1 padding); B=3 Hk=1 "
+     "Hv=2, inputs BF16, state F32, layout kv",
+     dict(num_tokens=1, gate="precomputed", beta_per_channel=True, B=3, Hk=1, Hv=2, num_slots=3,
+          index_dtype="I32", state_indices=[2, -1, 0], layout="kv", dtype="BF16", state_dtype="F32")),
+    ("mt_beta_per_channel_t4_f32_vk", 3017,
+     "per-channel beta (gate precomputed), T=4, final state in place; B=2 Hk=2 Hv=4, Dk=32, Dv=64 (a "
+     "transposed column shows), inputs F32, state BF16, layout vk",
+     dict(num_tokens=4, gate="precomputed", beta_per_channel=True, B=2, Hk=2, Hv=4, Dk=32, Dv=64,
+          layout="vk", dtype="F32", state_dtype="BF16")),
 ]
 
 CASES = CASES + CASES_V2 + CASES_V3

@@ -457,7 +457,7 @@ size_t token_smem_bytes(const DecodeParams& p, int warp) {
 bool token_chain_allowed(const DecodeParams& p) {
   return p.num_tokens > 1 && p.cu_seqlens == nullptr && p.token_state_indices == nullptr &&
          p.intermediate_states == nullptr && p.intermediate_conv_states == nullptr && p.update_state &&
-         p.conv_width == 0 && p.norm_weight == nullptr &&
+         p.conv_width == 0 && p.norm_weight == nullptr && p.b_head_stride == 0 &&
          (p.state_out_indices == nullptr || p.state_out_indices == p.state_indices);
 }
 

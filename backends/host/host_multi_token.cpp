@@ -193,15 +193,20 @@ struct MultiStep {
         kk += k[i] * k[i];
       }
       l2_normalize(p, q, k, qq, kk);
+      // per-channel beta (b_head_stride > 0, precomputed): column j's own, read below
+      const bool beta_per_channel = p.b_head_stride > 0;
+      const int64_t b_base = token_offset(r, b, t, p.b_batch_stride, p.b_token_stride);
       const Gates gt =
           gates_of(p, h, load_element(p.a, p.ab_dtype, token_offset(r, b, t, p.a_batch_stride, p.a_token_stride) + h),
-                   load_element(p.b, p.ab_dtype, token_offset(r, b, t, p.b_batch_stride, p.b_token_stride) + h));
+                   beta_per_channel ? 0.0 : load_element(p.b, p.ab_dtype, b_base + h));
       // u = (exp(g) S)^T k;  delta = beta (v - u)
       for (int64_t j = 0; j < Dv; ++j) {
         double acc = 0.0;
         for (int64_t i = 0; i < Dk; ++i) acc += at(i, j) * k[i];
         const double vj = yrow ? yrow[2 * Hk * Dk + h * Dv + j] : load_element(p.v, p.qkv_dtype, v_base + j);
-        u[j] = gt.beta * (vj - gt.decay * acc);
+        const double beta =
+            beta_per_channel ? load_element(p.b, p.ab_dtype, b_base + h * p.b_head_stride + j) : gt.beta;
+        u[j] = beta * (vj - gt.decay * acc);
       }
       // S' = exp(g) S + k ⊗ delta;  o = scale S'^T q;  S = round(S') for the next token
       for (int64_t j = 0; j < Dv; ++j) {

@@ -86,6 +86,7 @@ gdn::DecodeParams from_c(const gdn_decode_params& c) {
   p.intermediate_conv_batch_stride = c.intermediate_conv_batch_stride;
   p.intermediate_conv_token_stride = c.intermediate_conv_token_stride;
   p.update_state = c.update_state != 0;
+  p.b_head_stride = c.b_head_stride;
   return p;
 }
 
@@ -169,6 +170,7 @@ gdn_decode_params to_c(const gdn::DecodeParams& p) {
   c.intermediate_conv_batch_stride = p.intermediate_conv_batch_stride;
   c.intermediate_conv_token_stride = p.intermediate_conv_token_stride;
   c.update_state = p.update_state ? 1 : 0;
+  c.b_head_stride = p.b_head_stride;
   return c;
 }
 

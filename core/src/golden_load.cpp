@@ -337,6 +337,10 @@ bool Loader::load(Case* c) {
   }
   // The pointers stay null until run_case, so the multi-token strides are set here:
   // packed rows have no batch stride, the per-token buffers are (B, T, one slot).
+  if (p.b_head_stride > 0) {  // per-channel beta: (B, T, Hv, Dv)
+    p.b_token_stride = z.Hv * z.Dv;
+    p.b_batch_stride = z.T * p.b_token_stride;
+  }
   if (!c->cu_seqlens.empty())
     p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.a_batch_stride = p.b_batch_stride =
         p.o_batch_stride = p.z_batch_stride = p.x_batch_stride = 0;
@@ -472,8 +476,16 @@ bool Loader::load_gates(Case* c, DecodeParams* p, const Sizes& z) {
   if (!need_float("a", &a, &p->ab_dtype) || !need_float("b", &b, &bt)) return false;
   if (bt != p->ab_dtype) return fail("b", "dtype " + b->dtype + " differs from a's " + a->dtype);
   const std::string bhv = "(B, Hv) = (" + std::to_string(B) + ", " + std::to_string(Hv) + ")";
-  if (!check_rows("a", *a, z.lead, z.tok * Hv, Hv, bhv) || !check_rows("b", *b, z.lead, z.tok * Hv, Hv, bhv))
+  // Format version 3: with gate=precomputed, b may hold one beta a column, (B, Hv, Dv).
+  const bool per_channel = format_version_ >= 3 && p->gate == Gate::kPrecomputed && !b->shape.empty() &&
+                           b->shape.back() == z.Dv && b->numel() == z.lead * z.tok * Hv * z.Dv;
+  const std::string bhvd = "(B, Hv, Dv) = (" + std::to_string(B) + ", " + std::to_string(Hv) + ", " +
+                           std::to_string(z.Dv) + ")";
+  if (!check_rows("a", *a, z.lead, z.tok * Hv, Hv, bhv) ||
+      !(per_channel ? check_rows("b", *b, z.lead, z.tok * Hv * z.Dv, z.Dv, bhvd)
+                    : check_rows("b", *b, z.lead, z.tok * Hv, Hv, bhv)))
     return false;
+  p->b_head_stride = per_channel ? z.Dv : 0;
   c->a = a->bytes;
   c->b = b->bytes;
   for (const char* name : {"A_log", "dt_bias"}) {

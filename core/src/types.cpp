@@ -143,6 +143,7 @@ const char* multi_token_member(const DecodeParams& p) {
   if (p.intermediate_states != nullptr) return "intermediate_states";
   if (p.intermediate_conv_states != nullptr) return "intermediate_conv_states";
   if (!p.update_state) return "update_state";
+  if (p.b_head_stride != 0) return "b_head_stride";
   return nullptr;
 }
 

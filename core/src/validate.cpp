@@ -221,6 +221,12 @@ Status check_scalars(const DecodeParams& p) {
     GDN_REFUSE("conv_width: must be 0 (no conv prologue), 2, 3 or 4, got %d", p.conv_width);
   if (!std::isfinite(p.norm_eps) || p.norm_eps < 0.0f)
     GDN_REFUSE("norm_eps: must be finite and >= 0, got %g", double(p.norm_eps));
+
+  // ---- per-channel beta: b holds beta itself, one a column
+  if (p.b_head_stride < 0)
+    GDN_REFUSE("b_head_stride: must be >= 0 (0: one beta a head), got %lld", (long long)p.b_head_stride);
+  if (p.b_head_stride > 0 && p.gate != Gate::kPrecomputed)
+    GDN_REFUSE("b_head_stride: per-channel beta needs gate = precomputed (b then holds beta itself)");
   return Status::success();
 }
 
@@ -333,7 +339,10 @@ Status check_strides_and_pools(const DecodeParams& p, int64_t* conv_span_out) {
   if (norm)
     GDN_CHECK(check_token_strides("z", shape, Hv, Dv, p.z_batch_stride, p.z_token_stride, p.z_head_stride, "Dv"));
   GDN_CHECK(check_token_strides("a", shape, 1, Hv, p.a_batch_stride, p.a_token_stride, 0, "Hv"));
-  GDN_CHECK(check_token_strides("b", shape, 1, Hv, p.b_batch_stride, p.b_token_stride, 0, "Hv"));
+  if (p.b_head_stride > 0)
+    GDN_CHECK(check_token_strides("b", shape, Hv, Dv, p.b_batch_stride, p.b_token_stride, p.b_head_stride, "Dv"));
+  else
+    GDN_CHECK(check_token_strides("b", shape, 1, Hv, p.b_batch_stride, p.b_token_stride, 0, "Hv"));
   GDN_CHECK(check_token_strides("o", shape, Hv, Dv, p.o_batch_stride, p.o_token_stride, p.o_head_stride, "Dv"));
   if (p.token_state_indices != nullptr)
     GDN_CHECK(check_strides("token_state_indices", B, 1, p.num_tokens, p.token_state_indices_stride, 0, "num_tokens"));
@@ -414,7 +423,9 @@ Status check_aliasing(const DecodeParams& p, int64_t conv_span) {
   const Extent kx = tok("k", p.k, Hk, Dk, p.k_batch_stride, p.k_token_stride, p.k_head_stride, qkv_elem);
   const Extent vx = tok("v", p.v, Hv, Dv, p.v_batch_stride, p.v_token_stride, p.v_head_stride, qkv_elem);
   const Extent ax = tok("a", p.a, 1, Hv, p.a_batch_stride, p.a_token_stride, 0, ab_elem);
-  const Extent bx = tok("b", p.b, 1, Hv, p.b_batch_stride, p.b_token_stride, 0, ab_elem);
+  const Extent bx = p.b_head_stride > 0
+                        ? tok("b", p.b, Hv, Dv, p.b_batch_stride, p.b_token_stride, p.b_head_stride, ab_elem)
+                        : tok("b", p.b, 1, Hv, p.b_batch_stride, p.b_token_stride, 0, ab_elem);
   const Extent Ax = extent_of("A_log", p.gate == Gate::kRaw ? p.A_log : nullptr, 1, 1, Hv, 0, 0, 4);
   const Extent dx =
       extent_of("dt_bias", p.gate == Gate::kRaw ? p.dt_bias : nullptr, 1, 1, Hv, 0, 0, 4);

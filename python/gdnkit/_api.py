@@ -90,7 +90,8 @@ Arrays (numpy, torch, CuPy, ... through DLPack; all on one device):
   qkv         instead of q, k, v: the packed row [B, 2*Hk*Dk + Hv*Dv] (or [B, 1, W]),
               [q | k | v] per row; Hk follows from the width (or num_k_heads)
   a, b        [B, Hv] raw gate logits a and b_raw; with gate="precomputed",
-              a holds g (log space) and b holds beta (already through the sigmoid)
+              a holds g (log space) and b holds beta (already through the sigmoid),
+              or b [B, Hv, Dv] holds one beta a column (per-channel beta)
   A_log, dt_bias  [Hv] float32 (raw gate only)
   state       the pool [num_slots, Hv, Dk, Dv] (layout "kv") or [num_slots, Hv, Dv, Dk]
               ("vk"); every slot's block dense, the slot stride free; written in place

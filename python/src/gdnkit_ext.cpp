@@ -374,8 +374,30 @@ int64_t set_gates(const Arrays& x, const Tokens& g, gdn::DecodeParams& p) {
   p.a = x.a.data;
   p.a_batch_stride = bstride;
   p.a_token_stride = tstride;
-  int64_t rows = 0, h = 0, st = 0, ts = 0;
-  if (g.token_major()) {
+  int64_t rows = 0, h = 0, st = 0, ts = 0, hs = 0;
+  const int64_t Dv = p.head_dim_v;
+  // per-channel beta: b [..., Hv, Dv], one dimension more than a
+  if (x.b.ndim == x.a.ndim + 1 && x.b.ndim >= 3 && x.b.shape[x.b.ndim - 2] == Hv &&
+      x.b.shape[x.b.ndim - 1] == Dv) {
+    if (p.gate != gdn::Gate::kPrecomputed)
+      refuse(format("b: shape %s is a beta per channel, which needs gate='precomputed' (b then "
+                    "holds beta itself)",
+                    x.b.shape_str().c_str()));
+    if (g.token_major()) {
+      const TokenRHD r = as_token_rhd(x.b, Dv, g);
+      rows = B;
+      h = r.heads;
+      st = r.batch_stride;
+      ts = r.token_stride;
+      hs = r.head_stride;
+    } else {
+      const RHD r = as_rhd(x.b, 0);
+      rows = r.rows;
+      h = r.heads;
+      st = r.row_stride;
+      hs = r.head_stride;
+    }
+  } else if (g.token_major()) {
     rows = B;
     h = x.b.ndim >= 1 ? x.b.shape[x.b.ndim - 1] : 0;
     if (h == Hv) as_token_rows(x.b, g, "Hv", &st, &ts);
@@ -391,6 +413,7 @@ int64_t set_gates(const Arrays& x, const Tokens& g, gdn::DecodeParams& p) {
   p.b = x.b.data;
   p.b_batch_stride = st;
   p.b_token_stride = ts;
+  p.b_head_stride = hs;
   return B;
 }
 

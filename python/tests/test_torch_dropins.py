@@ -297,6 +297,44 @@ def test_vllm_fused_recurrent(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("T", [1, 2])
+def test_vllm_fused_recurrent_per_channel_beta(device, T):
+    """beta [N, T, HV, V], one a column (vLLM's non-headwise beta), through the pool: one
+    token a sequence, or T tokens with the per-token slots of spec decode."""
+    N, H, HV, K, V = 3, 2, 4, 64, 128
+    t = vllm_inputs(device, N=N, H=H, HV=HV, K=K, V=V, slots=8, seed=15)
+    gen = torch.Generator().manual_seed(16)
+    q, k, v = (torch.randn(N, T, h, d, generator=gen).to(torch.bfloat16).to(device)
+               for h, d in ((H, K), (H, K), (HV, V)))
+    g = F.logsigmoid(torch.randn(N, T, HV, generator=gen)).to(device)
+    beta = torch.rand(N, T, HV, V, generator=gen).to(device)
+    idx = torch.tensor([[4, 5], [-1, -1], [1, 2]], dtype=torch.int32, device=device)[:, :T]
+    S = t["state"].transpose(-1, -2).double().cpu()
+    valid = idx[:, 0].cpu() >= 0
+    state = t["state"].clone()
+    o, final = vllm.fused_recurrent_gated_delta_rule(
+        q, k, v, g, beta, initial_state=state, inplace_final_state=True,
+        ssm_state_indices=idx if T > 1 else idx[:, 0], use_qk_l2norm_in_kernel=True)
+    assert final is state
+    for s in range(T):  # token s reads the previous token's slot (token 0: column 0), writes column s
+        o_ref, S = reference(q[:, s], k[:, s], v[:, s], g[:, s], beta[:, s], None, None, S,
+                             idx[:, max(s - 1, 0)], idx[:, s], gate="precomputed", l2="rsqrt")
+        assert_close(o[:, s][valid], o_ref[valid], TOL_OUT[torch.bfloat16], f"output, token {s}")
+    assert_close(state.transpose(-1, -2), S, 1e-5, "pool")
+    # a beta of one value on every column is the one-beta-a-head call, bitwise
+    flat = beta[..., :1].expand(beta.shape).contiguous()
+    s1, s2 = t["state"].clone(), t["state"].clone()
+    o1, _ = vllm.fused_recurrent_gated_delta_rule(q, k, v, g, flat, initial_state=s1, ssm_state_indices=idx,
+                                                   use_qk_l2norm_in_kernel=True)
+    o2, _ = vllm.fused_recurrent_gated_delta_rule(q, k, v, g, beta[..., 0].contiguous(), initial_state=s2,
+                                                   ssm_state_indices=idx, use_qk_l2norm_in_kernel=True)
+    if T > 1:  # (T = 1 without per-channel beta runs the one-token kernels)
+        assert torch.equal(o1, o2) and torch.equal(s1, s2)
+    else:
+        assert_close(s1, s2, 1e-6, "pool, one beta a head")
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_vllm_null_block_and_kv_pool(device):
     """Releases that pad with slot 0 (null_block_id=0) and keep [slots, HV, K, V] pools."""
     t = vllm_inputs(device, N=3, H=1, HV=2, K=64, V=64, slots=4, seed=14)
@@ -472,6 +510,32 @@ def test_fla(device, T, output_final_state):
         assert_close(final, s_ref, 1e-5, "final_state")
     else:
         assert final is None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("T", [1, 3])
+def test_fla_per_channel_beta(device, T):
+    """beta [B, T, HV, V], one a column, as FLA takes it."""
+    t = fla_inputs(device, B=2, T=T, H=2, HV=4, K=64, V=128, seed=20 + T)
+    gen = torch.Generator().manual_seed(21)
+    t["beta"] = torch.rand(2, T, 4, 128, generator=gen).to(torch.bfloat16).to(device)
+    o_ref, s_ref = fla_reference(t, l2=True)
+    o, final = fla.fused_recurrent_gated_delta_rule(
+        t["q"], t["k"], t["v"], g=t["g"], beta=t["beta"], initial_state=t["h0"].clone(),
+        output_final_state=True, use_qk_l2norm_in_kernel=True)
+    assert_close(o, o_ref, TOL_OUT[torch.bfloat16], "output")
+    assert_close(final, s_ref, 1e-5, "final_state")
+
+
+def test_per_channel_beta_needs_precomputed_gates():
+    """b [B, Hv, Dv] with raw gates is refused, naming b, and nothing is written."""
+    t = vllm_inputs("cpu", N=2, H=1, HV=2, K=64, V=64, slots=2, seed=3)
+    state = t["state"].clone()
+    b = torch.rand(2, 2, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="b: .*per channel.*precomputed"):
+        gt.decode(t["q"].reshape(2, 1, 64), t["k"].reshape(2, 1, 64), t["v"].reshape(2, 2, 64), t["a"], b,
+                  A_log=t["A_log"], dt_bias=t["dt_bias"], state=state)
+    assert torch.equal(state, t["state"])
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -67,7 +67,8 @@ def reference(q, k, v, a, b, A_log, dt_bias, state_kv, idx=None, out_idx=None, *
     slots = torch.arange(B) if idx is None else idx.long().cpu()
     valid = (slots >= 0) & (slots < S)
     M = pool[slots.clamp(0, S - 1)] * torch.exp(g)[..., None, None]
-    delta = beta[..., None] * (v - torch.einsum("bhkv,bhk->bhv", M, kh))
+    # beta [B, Hv], or per channel [B, Hv, Dv] (precomputed), as v
+    delta = (beta if beta.dim() == v.dim() else beta[..., None]) * (v - torch.einsum("bhkv,bhk->bhv", M, kh))
     M = M + torch.einsum("bhk,bhv->bhkv", kh, delta)
     o = (Dk**-0.5 if scale is None else scale) * torch.einsum("bhkv,bhk->bhv", M, qh)
     o[~valid] = 0

@@ -380,10 +380,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   // at T = 16, come after the staging)
   const bool gate_thread = tid < nt * G;
   const int gt_t = gate_thread ? tid / G : 0, gt_h = group_head(p, hk, gate_thread ? tid - gt_t * G : 0, G);
+  // per-channel beta (b_head_stride > 0, precomputed): each column's own, read in phase 3
+  const bool beta_per_channel = p.b_head_stride > 0;
   float ga = 0.0f, gb = 0.0f;
   if (gate_thread) {
     ga = load_small(p.a, p.ab_dtype, tok(gt_t, p.a_batch_stride, p.a_token_stride) + gt_h);
-    gb = load_small(p.b, p.ab_dtype, tok(gt_t, p.b_batch_stride, p.b_token_stride) + gt_h);
+    if (!beta_per_channel) gb = load_small(p.b, p.ab_dtype, tok(gt_t, p.b_batch_stride, p.b_token_stride) + gt_h);
   }
   for (int t = tid; t < nt; t += Tr::kThreads) {
     int64_t slot = -1;
@@ -449,7 +451,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   for (int i = tid + Tr::kThreads; i < nt * G; i += Tr::kThreads) {
     const int t = i / G, h = group_head(p, hk, i - t * G, G);
     const Gates gt = gates_of(p, load_small(p.a, p.ab_dtype, tok(t, p.a_batch_stride, p.a_token_stride) + h),
-                              load_small(p.b, p.ab_dtype, tok(t, p.b_batch_stride, p.b_token_stride) + h),
+                              beta_per_channel ? 0.0f
+                                               : load_small(p.b, p.ab_dtype, tok(t, p.b_batch_stride, p.b_token_stride) + h),
                               raw ? p.A_log[h] : 0.0f, raw ? p.dt_bias[h] : 0.0f);
     dec[i] = gt.decay;
     bet[i] = gt.beta;
@@ -491,6 +494,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       outs[(t * G + g) * Dv + j] = o_val;
     else
       store_any(p.o, p.o_dtype, o_at(t, group_head(p, hk, g, G)) + j, o_val);
+  };
+  // beta of token t, member g (head h), group column j: the member's, or column j's own
+  auto beta_at = [&](int t, int g, int h, int j) -> float {
+    if (!beta_per_channel) return bet[t * G + g];
+    return j < Dv ? load_small(p.b, p.ab_dtype, tok(t, p.b_batch_stride, p.b_token_stride) + h * p.b_head_stride + j)
+                  : 0.0f;
   };
   // after token t, the state goes to its token slot and the intermediate buffer
   auto store_token = [&](int u, int t, int h, const V (&st)[kOuter][kInner]) {
@@ -540,8 +549,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         const float kq = kqs[t];
 #pragma unroll
         for (int k = 0; k < kU; ++k) {
-          const float decay = dec[t * G + g[k]], beta = bet[t * G + g[k]];
           const int jc = j0[k] + out_col;
+          const float decay = dec[t * G + g[k]], beta = beta_at(t, g[k], h[k], jc);
           const float vj = jc < Dv ? vs[t * vcols + g[k] * Dv + jc - lo] : 0.0f;
           auto elem = [&](int rr, int c) -> float { return Elem<T>::to_float(s[k][c][rr / kVec].x[rr % kVec]); };
           // delta of every held column and this lane's output (decode_vk's sums)
@@ -589,17 +598,18 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         if (tid < kU * kCols) {
           const int k = tid / kCols, col = tid - k * kCols;
           // tile k's member, first column and validity (selects: no run-time array index)
-          int gk = g[0], jt = j0[0];
+          int gk = g[0], hg = h[0], jt = j0[0];
           bool emits = ok[0];
 #pragma unroll
           for (int kk = 1; kk < kU; ++kk)
             if (k == kk) {
               gk = g[kk];
+              hg = h[kk];
               jt = j0[kk];
               emits = ok[kk];
             }
           const float vj = jt + col < Dv ? vs[t * vcols + gk * Dv + jt + col - lo] : 0.0f;
-          R::finish(col, part + k * R::kPartFloats, vj, dec[t * G + gk], bet[t * G + gk], kqs[t], scale,
+          R::finish(col, part + k * R::kPartFloats, vj, dec[t * G + gk], beta_at(t, gk, hg, jt + col), kqs[t], scale,
                     dl + k * kCols, [&](int c, float o_val) {
                       if (emits && jt + c < Dv) emit(t, gk, jt + c, o_val);
                     });

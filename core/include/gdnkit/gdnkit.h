@@ -126,6 +126,10 @@ typedef struct gdn_decode_params {
   void* intermediate_conv_states;   /* (B, T) conv states (the pool's strides), or NULL */
   int64_t intermediate_conv_batch_stride, intermediate_conv_token_stride;
   int32_t update_state;             /* default 1; 0: neither pool written */
+
+  /* > 0: per-channel beta (gate precomputed): b is (B, Hv, Dv), head h at
+   * h*b_head_stride; 0 (default): one beta a head. See params.hpp. */
+  int64_t b_head_stride;
 } gdn_decode_params;
 
 /* Set every member to the library default (the C++ struct's initializers). */

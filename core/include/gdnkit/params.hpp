@@ -42,6 +42,11 @@ struct DecodeParams {
   int64_t a_batch_stride{0};
   void const* b{nullptr};  // (B, Hv): raw b, or beta in [0, 1] when gate == kPrecomputed
   int64_t b_batch_stride{0};
+  // > 0: per-channel beta (FLA's and vLLM's beta [B, T, Hv, Dv]; gate ==
+  // kPrecomputed only): b is (B, Hv, Dv), the beta of column j of head h at
+  // h * b_head_stride + j (>= Dv apart), and delta_j = beta_j (v_j - ...).
+  // 0: one beta a head. Calls with it run the multi-token paths.
+  int64_t b_head_stride{0};
   float const* A_log{nullptr};    // (Hv) fp32; unused when gate == kPrecomputed
   float const* dt_bias{nullptr};  // (Hv) fp32; unused when gate == kPrecomputed
 
@@ -183,8 +188,9 @@ struct DecodeParams {
 constexpr int32_t kMaxTokens = 16;
 
 // True when a call uses any multi-token member (T > 1, cu_seqlens, per-token
-// slots, intermediate buffers or update_state = false): such calls run the
-// backends' multi-token paths (the host reference's, the GPUs' token kernel).
+// slots, intermediate buffers, update_state = false) or per-channel beta:
+// such calls run the backends' multi-token paths (the host reference's, the
+// GPUs' token kernel).
 bool is_multi_token(const DecodeParams& p);
 // The first multi-token member a call uses (its name), or nullptr.
 const char* multi_token_member(const DecodeParams& p);

@@ -11,7 +11,7 @@ here:
     from gdnkit.torch.fla import fused_recurrent_gated_delta_rule
 
 Same arguments and results: q, k [B, T, H, K], v [B, T, HV, V], g [B, T, HV] (log-space
-decay, precomputed), beta [B, T, HV] (after the sigmoid; None = 1), initial_state
+decay, precomputed), beta [B, T, HV] or [B, T, HV, V] (after the sigmoid; None = 1), initial_state
 [N, HV, K, V] (gdnkit's "kv" layout; not modified), returns (o like v, final_state
 [N, HV, K, V] float32 or None). l2norm x / sqrt(sum x^2 + 1e-6) when
 use_qk_l2norm_in_kernel; scale None = K**-0.5.
@@ -33,8 +33,10 @@ loads one dtype for q, k and v, so the narrower tensors are upcast to the widest
 That is exact, and costs one elementwise pass over the upcast tensors (1/K of the state's
 bytes each). The output takes q's dtype, as FLA's does.
 
-Not supported (NotImplementedError): gk / gv (per-channel decays), per-channel beta
-[B, T, HV, V], and with cu_seqlens sequences of more than 16 tokens (FLA's prefill use;
+Per-channel beta [B, T, HV, V] runs gdnkit's per-channel mode (its multi-token kernel).
+
+Not supported (NotImplementedError): gk / gv (per-channel decays), and with cu_seqlens
+sequences of more than 16 tokens (FLA's prefill use;
 gdnkit is a decode kernel): refused at once where the shapes show it (more tokens than 16
 per sequence), else by the asynchronous assert on cu_seqlens.
 
@@ -106,8 +108,6 @@ def fused_recurrent_gated_delta_rule(
         g = torch.zeros(v.shape[:-1], dtype=torch.float32, device=v.device)  # no decay
     if beta is None:
         beta = torch.ones(v.shape[:-1], dtype=torch.float32, device=v.device)
-    elif beta.ndim == v.ndim:
-        raise NotImplementedError(f"{_WHO}: per-channel beta [B, T, HV, V] is not supported by gdnkit")
     if g.dtype != beta.dtype:
         g, beta = g.float(), beta.float()
     if g.stride(-1) != 1:

@@ -75,8 +75,9 @@ makes the sequence padding, as above; out of place with
 dense q and N > 1, final_state has N*T entries (vLLM allocates T and writes past them);
 entries of final_state for padding sequences are left uninitialized, as vLLM leaves them.
 Not supported (NotImplementedError): num_accepted_tokens with a 1-D table, a 1-D table
-with packed rows of several tokens, is_kda=True, per-channel beta,
-retrieve_parent_token (EAGLE trees), softplus thresholds below 15. With one token per
+with packed rows of several tokens, is_kda=True, retrieve_parent_token (EAGLE trees),
+softplus thresholds below 15. Per-channel beta [B, T, HV, V] (fused_recurrent_gated_delta_rule)
+runs gdnkit's per-channel mode (its multi-token kernel). With one token per
 sequence (1-D ssm_state_indices, as many tokens as sequences) cu_seqlens must be [0, 1,
 ..., N]: anything else fails torch's asynchronous assert (at once on the CPU, at the
 stream's next synchronization on a GPU, before the step writes anything), so the call
@@ -164,9 +165,10 @@ def _first(x, n, dim):
     return x if x is None or x.ndim <= dim or x.shape[dim] <= n else x.narrow(dim, 0, n)
 
 
-def _gate_tokens(x, n):
-    """The first n tokens of a gate tensor, [tokens, HV] or [1, tokens, HV]."""
-    return _first(x, n, 0 if x.ndim == 2 else 1)
+def _gate_tokens(x, n, like=None):
+    """The first n tokens of a gate tensor, [tokens, HV] or [1, tokens, HV] (or a per-channel
+    beta, [tokens, HV, V] or [1, tokens, HV, V], given a as `like`)."""
+    return _first(x, n, 0 if (x if like is None else like).ndim == 2 else 1)
 
 
 def _initial_slots(idx, num_accepted_tokens, T):
@@ -277,7 +279,7 @@ def _decode_tokens(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_s
     out_shape = v.shape
     if cap < total:
         q, k, v = (x.narrow(1, 0, cap) for x in (q, k, v))
-        a, b = (_gate_tokens(x, cap) for x in (a, b))
+        a, b = _gate_tokens(a, cap), _gate_tokens(b, cap, like=a)
 
     def full(o):
         o = o.reshape(v.shape)
@@ -360,7 +362,7 @@ def _what_vllm_reads(k, a, b, cu_seqlens, ssm_state_indices, num_accepted_tokens
     ssm_state_indices = _first(ssm_state_indices, n_seq, 0)
     num_accepted_tokens = _first(num_accepted_tokens, n_seq, 0)
     if k.shape[0] == 1:  # packed (or one-row) tokens: gates [tokens, HV] or [1, tokens, HV]
-        a, b = (_gate_tokens(x, tokens) for x in (a, b))
+        a, b = _gate_tokens(a, tokens), _gate_tokens(b, tokens, like=a)
     return a, b, ssm_state_indices, num_accepted_tokens
 
 
@@ -393,7 +395,7 @@ def _decode(who, *, q, k, v, a, b, A_log, dt_bias, gate, scale, initial_state,
         # [0, 1, ..., N] there) and the output's padding back, unwritten as vLLM leaves it.
         shape = v.shape
         q, k, v = (x.narrow(1, 0, n_seq) for x in (q, k, v))
-        a, b = (_gate_tokens(x, n_seq) for x in (a, b))
+        a, b = _gate_tokens(a, n_seq), _gate_tokens(b, n_seq, like=a)
         o, final = _decode(who, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, gate=gate,
                            scale=scale, initial_state=initial_state,
                            inplace_final_state=inplace_final_state, cu_seqlens=cu_seqlens,
@@ -514,8 +516,6 @@ def fused_recurrent_gated_delta_rule(
         raise NotImplementedError(f"{_WHO_RECURRENT}: retrieve_parent_token (EAGLE trees) is not supported by gdnkit")
     if beta is None:
         beta = torch.ones(v.shape[:-1], dtype=g.dtype, device=v.device)
-    elif beta.ndim == v.ndim:
-        raise NotImplementedError(f"{_WHO_RECURRENT}: per-channel beta [B, T, HV, V] is not supported by gdnkit")
     if g.dtype != beta.dtype:
         g, beta = g.float(), beta.float()
     if g.stride(-1) != 1:
