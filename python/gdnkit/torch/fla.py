@@ -36,9 +36,9 @@ bytes each). The output takes q's dtype, as FLA's does.
 Per-channel beta [B, T, HV, V] runs gdnkit's per-channel mode (its multi-token kernel).
 
 Not supported (NotImplementedError): gk / gv (per-channel decays), and with cu_seqlens
-sequences of more than 16 tokens (FLA's prefill use;
-gdnkit is a decode kernel): refused at once where the shapes show it (more tokens than 16
-per sequence), else by the asynchronous assert on cu_seqlens.
+sequences of more than 16 tokens (FLA's prefill use; gdnkit is a decode kernel): refused
+at once where the shapes show it (more tokens than 16 per sequence), else by the
+asynchronous assert on cu_seqlens.
 
 Positional order: q, k, v, g, beta, scale, initial_state, output_final_state,
 use_qk_l2norm_in_kernel, cu_seqlens; newer FLA releases put gk, gv between g and beta,

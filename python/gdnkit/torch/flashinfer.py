@@ -135,18 +135,20 @@ Deliberate differences from FlashInfer:
     intermediate_states_buffer and disable_state_update whatever the state dtype and
     head dims (FlashInfer: bfloat16 K = V = 128 only; its float32 path needs a pool and
     refuses the other two); an intermediate_states_buffer with more than B rows there
-    (FlashInfer's BF16 path wants exactly B); a pool of any slot strides in gated_delta_rule_mtp; gated_delta_rule without
-    initial_state_indices (row n uses slot n, as FlashInfer releases before its
-    pool-only kernels did). A pool whose per-slot blocks are not packed ([HV, V, K]
-    dense) is stepped on a packed copy that is written back.
+    (FlashInfer's BF16 path wants exactly B); a pool of any slot strides in
+    gated_delta_rule_mtp; gated_delta_rule without initial_state_indices (row n uses
+    slot n, as FlashInfer releases before its pool-only kernels did). A pool whose
+    per-slot blocks are not packed ([HV, V, K] dense) is stepped on a packed copy that
+    is written back.
   - Arguments FlashInfer checks with `assert` raise ArgumentError here, naming them
     (a ValueError that is also an AssertionError, so that either except clause, the
     caller's of FlashInfer or a Python caller's, catches it): T > 1
     on gated_delta_rule_decode and gated_delta_rule (FlashInfer's entries for one token
     a sequence), an intermediate_states_buffer of the wrong shape, dtype or layout,
     ssm_state_indices together with intermediate_states_buffer or
-    disable_state_update, with T < 2, or other than int32. So do, beyond FlashInfer's checks, a and b
-    other than [B, T, HV] when T > 1 (FlashInfer's kernels index them as such).
+    disable_state_update, with T < 2, or other than int32. So do, beyond FlashInfer's
+    checks, a and b other than [B, T, HV] when T > 1 (FlashInfer's kernels index them
+    as such).
 
 Not supported (NotImplementedError, naming the argument): scale=0 (gdnkit reads a zero
 scale as "default"), softplus thresholds below 15.
