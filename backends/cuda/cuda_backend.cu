@@ -75,11 +75,12 @@ Status cuda_can_implement(const DecodeParams& p) {
     const size_t need = gpu::token_smem_bytes(p, kWarp), limit = gpu::traits::token_smem_limit(kConfig);
     if (need > limit)
       return make_status(StatusCode::kUnsupported,
-                         "num_tokens: %d tokens of %d x %d heads (%d v-heads a k-head%s) need %zu bytes of shared "
-                         "memory a block, more than the %zu the " GDN_BACKEND_NAME " backend has; split the tokens "
-                         "over several calls",
+                         "num_tokens: %d tokens of %d x %d heads (%d v-heads a k-head%s%s) need %zu bytes of "
+                         "shared memory a block, more than the %zu the " GDN_BACKEND_NAME " backend has; split the "
+                         "tokens over several calls",
                          p.num_tokens, p.head_dim_k, p.head_dim_v, p.num_v_heads / p.num_k_heads,
-                         p.norm_weight != nullptr ? ", norm on" : "", need, limit);
+                         p.norm_weight != nullptr ? ", norm on" : "", p.b_head_stride > 0 ? ", per-channel beta" : "",
+                         need, limit);
   }
   // The state moves in 16-byte vectors: every (slot, head) matrix row must start 16-byte aligned.
   const size_t elem = dtype_size(p.state_dtype);

@@ -450,7 +450,7 @@ int token_rounds(const DecodeParams& p, const DeviceInfo& dev, int warp) {
 size_t token_smem_bytes(const DecodeParams& p, int warp) {
   const TokenShape s = token_shape(p, warp, 1);
   return size_t(traits::token_smem(p.num_tokens, p.head_dim_k, p.head_dim_v, p.num_v_heads / p.num_k_heads, s.vcols,
-                                   p.norm_weight != nullptr)
+                                   p.norm_weight != nullptr, p.b_head_stride > 0)
                     .bytes);
 }
 
@@ -505,7 +505,7 @@ static Plan plan_tokens(const DecodeParams& p, const DeviceInfo& dev, const Plan
   // shared memory of shape s with a ring of `stages` rounds
   const auto smem = [&](const TokenShape& s, int stages) {
     return traits::token_smem(p.num_tokens, p.head_dim_k, p.head_dim_v, p.num_v_heads / p.num_k_heads, s.vcols,
-                              p.norm_weight != nullptr, stages, traits::kTokenWarps * warp * vecs);
+                              p.norm_weight != nullptr, p.b_head_stride > 0, stages, traits::kTokenWarps * warp * vecs);
   };
   TokenShape s = token_shape(p, warp, o.max_items_per_warp > 0 ? o.max_items_per_warp : token_rounds(p, dev, warp));
   // (more rounds stage more v columns: back to one round where they would not fit)

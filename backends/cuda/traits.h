@@ -131,15 +131,16 @@ constexpr size_t fused_smem_bytes(int G, int Dk, int Dv, bool cluster) {
 // offsets in floats from its start: (ring on) the state's ring, `ring_stages`
 // rounds of every thread's vectors; every token's l2-normalized q and k of the
 // group's k-head, k_hat . q_hat, the gates of the G heads, v of the block's
-// `vcols` group columns, (norm on) every raw output of the group, and the
-// tokens' write slots (int64, 8-byte aligned). One function for the planner
+// `vcols` group columns, (per-channel beta) their betas in v's shape, (norm
+// on) every raw output of the group, and the tokens' write slots (int64,
+// 8-byte aligned). One function for the planner
 // and the kernel, so both lay it out alike.
 struct TokenSmem {
-  int ring, ring_stages, qn, kn, kq, decay, beta, v, out, slots;
+  int ring, ring_stages, qn, kn, kq, decay, beta, v, beta_cols, out, slots;
   int bytes;
 };
-constexpr TokenSmem token_smem(int T, int dk, int dv, int G, int vcols, bool norm, int ring_stages = 0,
-                               int ring_vecs_per_stage = 0) {
+constexpr TokenSmem token_smem(int T, int dk, int dv, int G, int vcols, bool norm, bool beta_per_channel,
+                               int ring_stages = 0, int ring_vecs_per_stage = 0) {
   TokenSmem s{};
   int f = 0;
   s.ring = f;
@@ -157,6 +158,8 @@ constexpr TokenSmem token_smem(int T, int dk, int dv, int G, int vcols, bool nor
   f += T * G;
   s.v = f;
   f += T * vcols;
+  s.beta_cols = f;
+  f += beta_per_channel ? T * vcols : 0;
   s.out = f;
   f += norm ? T * G * dv : 0;
   f = (f + 1) / 2 * 2;
@@ -174,7 +177,8 @@ constexpr int token_units(int state_bytes) { return state_bytes == 4 ? 2 : 1; }
 // times a vk lane's item (unroll x chunks) or a kv thread's rows of a tile.
 constexpr int token_round_vecs(int warp, int state_bytes, Layout layout, int dk_cap) {
   const VkGeom vk = vk_geom(warp, state_bytes, dk_cap, default_tile(state_bytes, layout));
-  const int item = layout == Layout::kVK ? vk.unroll * vk.chunks_per_lane : kv_geom(warp, state_bytes, dk_cap, kTokenWarps).rows;
+  const int item =
+      layout == Layout::kVK ? vk.unroll * vk.chunks_per_lane : kv_geom(warp, state_bytes, dk_cap, kTokenWarps).rows;
   return token_units(state_bytes) * item;
 }
 // The dynamic shared memory it may use: a block's, less 8 KiB for the kv

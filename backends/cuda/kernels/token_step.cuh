@@ -224,6 +224,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   float* const dec = smf + geo.smem.decay;  // [t][g] exp(g)
   float* const bet = smf + geo.smem.beta;   // [t][g] beta
   float* const vs = smf + geo.smem.v;     // [t][group column - lo]
+  float* const bcs = smf + geo.smem.beta_cols;  // (per-channel beta) [t][group column - lo]
   float* const outs = smf + geo.smem.out;   // (norm) [t][g][j] raw outputs
   int64_t* const slots = reinterpret_cast<int64_t*>(smf + geo.smem.slots);  // [t] token slot or -1
   const bool norm = p.norm_weight != nullptr;
@@ -380,7 +381,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   // at T = 16, come after the staging)
   const bool gate_thread = tid < nt * G;
   const int gt_t = gate_thread ? tid / G : 0, gt_h = group_head(p, hk, gate_thread ? tid - gt_t * G : 0, G);
-  // per-channel beta (b_head_stride > 0, precomputed): each column's own, read in phase 3
+  // per-channel beta (b_head_stride > 0, precomputed): each column's own, staged beside v
   const bool beta_per_channel = p.b_head_stride > 0;
   float ga = 0.0f, gb = 0.0f;
   if (gate_thread) {
@@ -394,6 +395,16 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       if (slot >= p.num_slots) slot = -1;
     }
     slots[t] = slot;
+  }
+  if (beta_per_channel) {
+    // the block's columns, one load in flight a thread (the first round's
+    // state is live in registers here)
+    for (int i = tid; i < nt * vcols; i += Tr::kThreads) {
+      const int t = i / vcols, gc = lo + (i - t * vcols), g = gc / Dv;
+      const int64_t at = tok(t, p.b_batch_stride, p.b_token_stride) +
+                         int64_t(group_head(p, hk, g, G)) * p.b_head_stride + (gc - g * Dv);
+      bcs[i] = load_small(p.b, p.ab_dtype, at);
+    }
   }
   if (p.conv_width == 0) {
     with_dtype<MixedIO>(p.qkv_dtype, [&](auto tag) {
@@ -450,10 +461,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   }
   for (int i = tid + Tr::kThreads; i < nt * G; i += Tr::kThreads) {
     const int t = i / G, h = group_head(p, hk, i - t * G, G);
-    const Gates gt = gates_of(p, load_small(p.a, p.ab_dtype, tok(t, p.a_batch_stride, p.a_token_stride) + h),
-                              beta_per_channel ? 0.0f
-                                               : load_small(p.b, p.ab_dtype, tok(t, p.b_batch_stride, p.b_token_stride) + h),
-                              raw ? p.A_log[h] : 0.0f, raw ? p.dt_bias[h] : 0.0f);
+    const float a = load_small(p.a, p.ab_dtype, tok(t, p.a_batch_stride, p.a_token_stride) + h);
+    const float bb =
+        beta_per_channel ? 0.0f : load_small(p.b, p.ab_dtype, tok(t, p.b_batch_stride, p.b_token_stride) + h);
+    const Gates gt = gates_of(p, a, bb, raw ? p.A_log[h] : 0.0f, raw ? p.dt_bias[h] : 0.0f);
     dec[i] = gt.decay;
     bet[i] = gt.beta;
   }
@@ -495,12 +506,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     else
       store_any(p.o, p.o_dtype, o_at(t, group_head(p, hk, g, G)) + j, o_val);
   };
-  // beta of token t, member g (head h), group column j: the member's, or column j's own
-  auto beta_at = [&](int t, int g, int h, int j) -> float {
-    if (!beta_per_channel) return bet[t * G + g];
-    return j < Dv ? load_small(p.b, p.ab_dtype, tok(t, p.b_batch_stride, p.b_token_stride) + h * p.b_head_stride + j)
-                  : 0.0f;
-  };
+  // Beta of token t, member g, group column j: the member's at bet[t G + g], or the column's own at v's
+  // index (one shared load either way; a dtype test and a global load there cost the token loop 48-60
+  // instructions, docs/decisions.md#per-channel-beta).
+  const float* const betas = beta_per_channel ? bcs : bet;
   // after token t, the state goes to its token slot and the intermediate buffer
   auto store_token = [&](int u, int t, int h, const V (&st)[kOuter][kInner]) {
     if (slots[t] >= 0) store_unit(u, pool + slots[t] * p.state_slot_stride + int64_t(h) * head_elems, st);
@@ -550,8 +559,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 #pragma unroll
         for (int k = 0; k < kU; ++k) {
           const int jc = j0[k] + out_col;
-          const float decay = dec[t * G + g[k]], beta = beta_at(t, g[k], h[k], jc);
-          const float vj = jc < Dv ? vs[t * vcols + g[k] * Dv + jc - lo] : 0.0f;
+          const int gi = t * G + g[k], vi = t * vcols + g[k] * Dv + jc - lo;
+          const float decay = dec[gi], beta = jc < Dv ? betas[beta_per_channel ? vi : gi] : 0.0f;
+          const float vj = jc < Dv ? vs[vi] : 0.0f;
           auto elem = [&](int rr, int c) -> float { return Elem<T>::to_float(s[k][c][rr / kVec].x[rr % kVec]); };
           // delta of every held column and this lane's output (decode_vk's sums)
           float delta[kOuter];
@@ -598,19 +608,20 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         if (tid < kU * kCols) {
           const int k = tid / kCols, col = tid - k * kCols;
           // tile k's member, first column and validity (selects: no run-time array index)
-          int gk = g[0], hg = h[0], jt = j0[0];
+          int gk = g[0], jt = j0[0];
           bool emits = ok[0];
 #pragma unroll
           for (int kk = 1; kk < kU; ++kk)
             if (k == kk) {
               gk = g[kk];
-              hg = h[kk];
               jt = j0[kk];
               emits = ok[kk];
             }
-          const float vj = jt + col < Dv ? vs[t * vcols + gk * Dv + jt + col - lo] : 0.0f;
-          R::finish(col, part + k * R::kPartFloats, vj, dec[t * G + gk], beta_at(t, gk, hg, jt + col), kqs[t], scale,
-                    dl + k * kCols, [&](int c, float o_val) {
+          const bool in = jt + col < Dv;
+          const int gi = t * G + gk, vi = t * vcols + gk * Dv + jt + col - lo;
+          const float vj = in ? vs[vi] : 0.0f, beta = in ? betas[beta_per_channel ? vi : gi] : 0.0f;
+          R::finish(col, part + k * R::kPartFloats, vj, dec[gi], beta, kqs[t], scale, dl + k * kCols,
+                    [&](int c, float o_val) {
                       if (emits && jt + c < Dv) emit(t, gk, jt + c, o_val);
                     });
         }
