@@ -508,10 +508,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   };
   // Beta of token t, member g, group column j: the member's at bet[t G + g], or the column's own at v's
   // index (one shared load either way; a dtype test and a global load there cost the token loop 48-60
-  // instructions, docs/decisions.md#per-channel-beta). Read unguarded, so that it issues with the
-  // loads before it: a column past Dv takes any beta (its state and output are never stored).
+  // instructions, docs/decisions.md#per-channel-beta).
   const float* const betas = beta_per_channel ? bcs : bet;
-  auto beta_index = [&](bool in, int vi, int gi) { return beta_per_channel ? (in ? vi : 0) : gi; };
   // after token t, the state goes to its token slot and the intermediate buffer
   auto store_token = [&](int u, int t, int h, const V (&st)[kOuter][kInner]) {
     if (slots[t] >= 0) store_unit(u, pool + slots[t] * p.state_slot_stride + int64_t(h) * head_elems, st);
@@ -562,7 +560,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         for (int k = 0; k < kU; ++k) {
           const int jc = j0[k] + out_col;
           const int gi = t * G + g[k], vi = t * vcols + g[k] * Dv + jc - lo;
-          const float decay = dec[gi], beta = betas[beta_index(jc < Dv, vi, gi)];
+          const float decay = dec[gi], beta = jc < Dv ? betas[beta_per_channel ? vi : gi] : 0.0f;
           const float vj = jc < Dv ? vs[vi] : 0.0f;
           auto elem = [&](int rr, int c) -> float { return Elem<T>::to_float(s[k][c][rr / kVec].x[rr % kVec]); };
           // delta of every held column and this lane's output (decode_vk's sums)
@@ -621,7 +619,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
             }
           const bool in = jt + col < Dv;
           const int gi = t * G + gk, vi = t * vcols + gk * Dv + jt + col - lo;
-          const float vj = in ? vs[vi] : 0.0f, beta = betas[beta_index(in, vi, gi)];
+          const float vj = in ? vs[vi] : 0.0f, beta = in ? betas[beta_per_channel ? vi : gi] : 0.0f;
           R::finish(col, part + k * R::kPartFloats, vj, dec[gi], beta, kqs[t], scale, dl + k * kCols,
                     [&](int c, float o_val) {
                       if (emits && jt + c < Dv) emit(t, gk, jt + c, o_val);
