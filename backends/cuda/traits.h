@@ -133,8 +133,8 @@ constexpr size_t fused_smem_bytes(int G, int Dk, int Dv, bool cluster) {
 // group's k-head, k_hat . q_hat, the gates of the G heads, v of the block's
 // `vcols` group columns, (per-channel beta) their betas in v's shape, (norm
 // on) every raw output of the group, and the tokens' write slots (int64,
-// 8-byte aligned). One function for the planner
-// and the kernel, so both lay it out alike.
+// 8-byte aligned). One function for the planner and the kernel, so both lay
+// it out alike.
 struct TokenSmem {
   int ring, ring_stages, qn, kn, kq, decay, beta, v, beta_cols, out, slots;
   int bytes;
