@@ -15,6 +15,8 @@ namespace GDN_KERNEL_NS {
 constexpr int kWarp = GDN_WARP_SIZE;
 static_assert(kWarp == 32 || kWarp == 64, "warp size: 32 or 64 lanes");
 static_assert(kWarp % GDN_PHYSICAL_WARP == 0, "a logical warp is whole physical warps");
+// The warp spans physical warps that meet at a named barrier (that test build only).
+constexpr bool kSpansPhysicalWarps = kWarp > GDN_PHYSICAL_WARP;
 
 // ---- shuffles over a (logical) warp of kWarp lanes ---------------------------
 // Every call is made by all kWarp lanes of the warp (no divergence), as the

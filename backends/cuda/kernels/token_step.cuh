@@ -471,20 +471,25 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   __syncthreads();
 
   // ---- 2. q_hat, k_hat and k_hat . q_hat of each token, by one warp on the
-  // layout's lanes (l2_normalize), written back in place
-  for (int t = warp; t < nt; t += kWarps) {
+  // layout's lanes (l2_normalize), written back in place. Where a warp spans
+  // physical warps, every warp takes the same rounds (the idle ones read and
+  // write nothing): racecheck pairs named-barrier arrivals by count and loses
+  // the block barrier below when they differ (docs/decisions.md#hip-source-path).
+  const int rounds = kSpansPhysicalWarps ? (nt + kWarps - 1) / kWarps * kWarps : nt;
+  for (int t = warp; t < rounds; t += kWarps) {
+    const bool live = !kSpansPhysicalWarps || t < nt;
     constexpr int kN = kVK ? kRowsHeld : KvTile<T, kDk, kWarps>::kRows;
     float qh[kN], kh[kN];
 #pragma unroll
     for (int n = 0; n < kN; ++n) {
       const int i = kVK ? rows[n] : lane + n * kWarp;  // (kv: lane l holds rows l + kWarp n)
-      qh[n] = i < Dk ? qn[t * Dk + i] : 0.0f;
-      kh[n] = i < Dk ? kn[t * Dk + i] : 0.0f;
+      qh[n] = live && i < Dk ? qn[t * Dk + i] : 0.0f;
+      kh[n] = live && i < Dk ? kn[t * Dk + i] : 0.0f;
     }
     constexpr int kSpan = kVK ? VkT::kLanesPerCol : kWarp;
     const float kq = l2_normalize<1, kSpan>(p, lane, qh, kh);
     warp_sync();  // (vk: the lanes of every column group read before any writes)
-    if (!kVK || step_col == 0) {
+    if (live && (!kVK || step_col == 0)) {
 #pragma unroll
       for (int n = 0; n < kN; ++n) {
         const int i = kVK ? rows[n] : lane + n * kWarp;
@@ -494,7 +499,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         }
       }
     }
-    if (lane == 0) kqs[t] = kq;
+    if (live && lane == 0) kqs[t] = kq;
   }
   __syncthreads();
 
