@@ -512,8 +512,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       store_any(p.o, p.o_dtype, o_at(t, group_head(p, hk, g, G)) + j, o_val);
   };
   // Beta of token t, member g, group column j: the member's at bet[t G + g], or the column's own at v's
-  // index (one shared load either way; a dtype test and a global load there cost the token loop 48-60
-  // instructions, docs/decisions.md#per-channel-beta).
+  // index: one shared load either way, no dtype test or global load in the token loop
+  // (docs/decisions.md#per-channel-beta).
   const float* const betas = beta_per_channel ? bcs : bet;
   // after token t, the state goes to its token slot and the intermediate buffer
   auto store_token = [&](int u, int t, int h, const V (&st)[kOuter][kInner]) {
